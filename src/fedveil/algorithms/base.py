@@ -1,0 +1,92 @@
+"""The algorithm contract (DESIGN idea 2): typed hyper-parameters plus a few hooks.
+
+Client and server halves of a method live in one module. State is plain data
+(dicts of tensors), so the runtime can checkpoint it, stack it or ship it elsewhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from ..data.federated import ClientData, FederatedDataset
+from ..params import Params
+from ..registry import Registry
+from ..runtime.local import LocalStats, LocalTrainer
+
+State = dict[str, Any]
+
+
+class AlgorithmParams(BaseModel):
+    """Hyper-parameters of an algorithm; subclasses add typed, validated fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class RunContext:
+    """What an algorithm may know about the whole run."""
+
+    model: nn.Module
+    trainer: LocalTrainer
+    data: FederatedDataset
+    seed: int
+    rounds: int
+
+
+@dataclass
+class ClientTask:
+    """One client's job in one round: its data, its private random stream, the trainer."""
+
+    client_id: int
+    round: int
+    data: ClientData
+    generator: torch.Generator
+    trainer: LocalTrainer
+
+
+@dataclass
+class ClientResult:
+    """``message`` goes to the server; ``state`` stays with the client; ``stats`` are logged."""
+
+    message: dict[str, Any]
+    state: State | None = None
+    stats: LocalStats | None = None
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Algorithm:
+    """Base class: FedAvg-style defaults that subclasses override piecemeal."""
+
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    has_personal_models: ClassVar[bool] = False
+
+    def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
+        self.hp = params
+        self.ctx = ctx
+
+    def init_server(self, initial: Params) -> State:
+        return {"params": initial}
+
+    def init_client(self, client_id: int, server_state: State) -> State | None:
+        """Persistent per-client state, or None for stateless clients."""
+        return None
+
+    def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        raise NotImplementedError
+
+    def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        raise NotImplementedError
+
+    def global_params(self, server_state: State) -> Params:
+        return server_state["params"]
+
+    def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> Params:
+        """The model client ``task.client_id`` would use itself (only if ``has_personal_models``)."""
+        raise NotImplementedError
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

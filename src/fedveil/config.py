@@ -1,0 +1,267 @@
+"""The single typed run configuration (TOML on disk, ``key=value`` overrides on the CLI).
+
+Every section is validated before any work starts. Sections whose fields depend on a
+chosen component (``[data.partition]``, ``[algorithm]``) are validated against that
+component's own ``Params`` model, so a misspelt or out-of-range hyper-parameter is
+reported with its full dotted name.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _NamedComponent(BaseModel):
+    """``name`` plus that component's hyper-parameters, checked against its ``Params``."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+    def params_dict(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    def typed_params(self) -> BaseModel:
+        return self._params_class()(**self.params_dict())
+
+    def _params_class(self) -> type[BaseModel]:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _check_params(self) -> "_NamedComponent":
+        from .registry import UnknownNameError
+
+        try:
+            self.typed_params()
+        except UnknownNameError as err:
+            raise ValueError(str(err)) from None
+        except ValidationError as err:
+            raise ValueError(format_validation_error(err, joiner=", ")) from None
+        return self
+
+
+class PartitionConfig(_NamedComponent):
+    name: str = "iid"
+
+    def _params_class(self) -> type[BaseModel]:
+        from .data import PARTITIONERS
+
+        return PARTITIONERS.get(self.name).Params
+
+
+class AlgorithmConfig(_NamedComponent):
+    name: str = "fedavg"
+
+    def _params_class(self) -> type[BaseModel]:
+        from .algorithms import ALGORITHMS
+
+        return ALGORITHMS.get(self.name).Params
+
+
+class DataConfig(_Section):
+    name: str = "digits"
+    root: str | None = Field(None, description="data directory; default $FEDVEIL_DATA/<name> or ~/.cache/fedveil/<name>")
+    download: bool = True
+    num_clients: int = Field(10, ge=1)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    val_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    options: dict[str, Any] = Field(default_factory=dict, description="loader-specific options")
+
+    @model_validator(mode="after")
+    def _known_dataset(self) -> "DataConfig":
+        from .data import DATASETS
+        from .registry import UnknownNameError
+
+        try:
+            DATASETS.entry(self.name)
+        except UnknownNameError as err:
+            raise ValueError(str(err)) from None
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must be < 1 (clients need training rows)")
+        return self
+
+
+class ModelConfig(_Section):
+    name: str = "auto"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClientConfig(_Section):
+    """Local training: SGD with momentum / weight decay, epochs or a fixed step count."""
+
+    epochs: int = Field(1, ge=1)
+    steps: int | None = Field(None, ge=1, description="fixed local steps; overrides epochs")
+    batch_size: int = Field(32, ge=0, description="0 = full batch")
+    lr: float = Field(0.05, gt=0.0)
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    lr_schedule: Literal["constant", "step", "exponential", "cosine"] = "constant"
+    lr_decay: float = Field(0.1, gt=0.0, le=1.0, description="factor for step / per-round factor for exponential")
+    lr_step_rounds: int = Field(50, ge=1, description="rounds between decays of the step schedule")
+
+
+class FederationConfig(_Section):
+    rounds: int = Field(20, ge=1)
+    clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
+    sampling: Literal["fixed", "poisson"] = "fixed"
+
+
+class EvalConfig(_Section):
+    every: int = Field(1, ge=1)
+    batch_size: int = Field(1024, ge=1)
+    personal: bool = Field(True, description="also score personal models where the algorithm has them")
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(5, ge=0, description="rounds between checkpoints; 0 = only at the end")
+
+
+class RunConfig(_Section):
+    seed: int = 0
+    executor: Literal["serial"] = "serial"
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _cohort_fits(self) -> "RunConfig":
+        if self.federation.clients_per_round > self.data.num_clients:
+            raise ValueError(
+                f"federation.clients_per_round={self.federation.clients_per_round} exceeds "
+                f"data.num_clients={self.data.num_clients}"
+            )
+        return self
+
+
+# ---------------------------------------------------------------- loading and overrides
+
+
+def parse_value(text: str) -> Any:
+    """A CLI value as TOML (numbers, booleans, lists, quoted strings), else a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _leaf_paths(tree: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and key != "options":
+            paths += _leaf_paths(value, prefix + (key,))
+        else:
+            paths.append(prefix + (key,))
+    return paths
+
+
+def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        node = tree.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set '{'.'.join(path)}': '{key}' is not a section")
+        tree = node
+    tree[path[-1]] = value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides to a raw config dict.
+
+    Dotted keys (``data.partition.alpha=0.1``) are set as given. A bare key (``alpha=0.1``)
+    is resolved to the one setting of that name in the config (defaults included);
+    an ambiguous or unknown bare key is an error that lists the candidates.
+    """
+    raw = _deep_copy(raw)
+    bare: list[tuple[str, Any]] = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override '{item}' has an empty key")
+        if "." in key:
+            _set_path(raw, tuple(key.split(".")), parse_value(text))
+        else:
+            bare.append((key, parse_value(text)))
+    if bare:
+        resolved = validate(raw).model_dump()
+        paths = _leaf_paths(resolved)
+        for key, value in bare:
+            matches = [p for p in paths if p[-1] == key]
+            if len(matches) > 1:
+                names = ", ".join(".".join(p) for p in matches)
+                raise ConfigError(f"'{key}' is ambiguous: write one of {names}")
+            if not matches:
+                path = _new_component_param(resolved, key)
+            else:
+                path = matches[0]
+            _set_path(raw, path, value)
+    return raw
+
+
+def _new_component_param(resolved: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A bare key that is a hyper-parameter of the chosen algorithm or partitioner but not yet set."""
+    from .algorithms import ALGORITHMS
+    from .data import PARTITIONERS
+
+    owners = []
+    if key in ALGORITHMS.get(resolved["algorithm"]["name"]).Params.model_fields:
+        owners.append(("algorithm", key))
+    if key in PARTITIONERS.get(resolved["data"]["partition"]["name"]).Params.model_fields:
+        owners.append(("data", "partition", key))
+    if len(owners) == 1:
+        return owners[0]
+    raise ConfigError(f"unknown setting '{key}'; write it with its section, e.g. algorithm.{key}=...")
+
+
+def _deep_copy(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in tree.items()}
+
+
+def format_validation_error(err: ValidationError, joiner: str = "; ") -> str:
+    """Problems as ``data.partition: alpha: Input should be greater than 0 (got -1)``."""
+    lines = []
+    for problem in err.errors():
+        where = ".".join(str(p) for p in problem["loc"]) or "config"
+        msg = problem["msg"].removeprefix("Value error, ")
+        shows_input = problem["type"] not in ("missing", "value_error") and not isinstance(problem.get("input"), dict)
+        got = f" (got {problem['input']!r})" if shows_input else ""
+        lines.append(f"{where}: {msg}{got}")
+    return joiner.join(lines)
+
+
+def validate(raw: dict[str, Any]) -> RunConfig:
+    """Validate a raw config dict into a :class:`RunConfig`, or raise :class:`ConfigError`."""
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a TOML config (or start from defaults), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file '{path}' does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"config file '{path}' is not valid TOML: {err}") from None
+    return validate(apply_overrides(raw, overrides or []))

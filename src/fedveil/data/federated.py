@@ -1,0 +1,112 @@
+"""The federated view of a data set: per-client train/val/test tensors plus a pooled test set."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .arrays import ArrayDataset
+from .errors import DataError
+
+
+@dataclass
+class ClientData:
+    """One client's own rows, split into train, optional validation, and test."""
+
+    train: ArrayDataset
+    val: ArrayDataset | None
+    test: ArrayDataset
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train)
+
+
+@dataclass
+class FederatedDataset:
+    """Per-client data and the pooled test set used to score the global model.
+
+    ``task`` is ``"classification"`` (integer labels, ``num_classes`` > 0) or
+    ``"regression"`` (float targets, ``num_classes`` == 0). ``input_shape`` is the
+    shape of one example, so a model can be built without looking at the data.
+    """
+
+    name: str
+    clients: list[ClientData]
+    test: ArrayDataset
+    task: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def train_sizes(self) -> np.ndarray:
+        return np.array([c.num_train for c in self.clients])
+
+    def label_counts(self) -> np.ndarray:
+        """(num_clients, num_classes) matrix of training-label counts."""
+        if self.task != "classification":
+            raise DataError(f"label counts need a classification task, '{self.name}' is {self.task}")
+        counts = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+        for i, c in enumerate(self.clients):
+            counts[i] = np.bincount(c.train.y.numpy(), minlength=self.num_classes)[: self.num_classes]
+        return counts
+
+
+def split_client_rows(
+    data: ArrayDataset, val_fraction: float, test_fraction: float, rng: np.random.Generator
+) -> ClientData:
+    """Shuffle one client's rows and cut them into train / val / test (at least one train row)."""
+    n = len(data)
+    order = torch.from_numpy(rng.permutation(n))
+    n_test = int(round(test_fraction * n))
+    n_val = int(round(val_fraction * n))
+    if n - n_test - n_val < 1:
+        raise DataError(
+            f"a client with {n} rows has no training rows left after val_fraction={val_fraction} "
+            f"and test_fraction={test_fraction}; use fewer clients or smaller fractions"
+        )
+    test = data.subset(order[:n_test])
+    val = data.subset(order[n_test : n_test + n_val]) if val_fraction > 0 else None
+    train = data.subset(order[n_test + n_val :])
+    return ClientData(train=train, val=val, test=test)
+
+
+def build_federated(
+    name: str,
+    train: ArrayDataset,
+    parts: list[np.ndarray],
+    *,
+    task: str,
+    num_classes: int,
+    pooled_test: ArrayDataset | None,
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+) -> FederatedDataset:
+    """Assemble a :class:`FederatedDataset` from a partition of ``train``'s rows.
+
+    Every client's rows are split into train/val/test. The pooled test set is
+    ``pooled_test`` when the source has a separate test set, else the union of the
+    clients' test rows (so it follows the clients' joint distribution).
+    """
+    rng = np.random.default_rng(seed)
+    clients = [
+        split_client_rows(train.subset(torch.as_tensor(idx, dtype=torch.long)), val_fraction, test_fraction, rng)
+        for idx in parts
+    ]
+    if pooled_test is None:
+        if test_fraction <= 0:
+            raise DataError(f"data set '{name}' has no separate test set, so test_fraction must be > 0")
+        pooled_test = ArrayDataset.concat([c.test for c in clients])
+    return FederatedDataset(
+        name=name,
+        clients=clients,
+        test=pooled_test,
+        task=task,
+        num_classes=num_classes,
+        input_shape=tuple(train.x.shape[1:]),
+    )

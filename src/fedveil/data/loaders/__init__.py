@@ -1,0 +1,5 @@
+"""Real-data loaders; importing this package registers each one in ``DATASETS``.
+
+A new loader module registers itself with ``@DATASETS.register``; append its import here.
+"""
+from . import adult, cifar, compas, digits, mnist, school, shakespeare  # noqa: F401

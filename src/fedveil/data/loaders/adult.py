@@ -1,0 +1,141 @@
+"""UCI Adult (Census Income): predict whether income exceeds $50K from 14 census attributes.
+
+Reads the original ``adult.data`` and ``adult.test`` files. Rows with a missing value
+("?") are dropped; the 8 categorical attributes are one-hot encoded with the categories
+of the train file and the 6 continuous ones standardised with train statistics, so the
+test split is encoded exactly as the model saw the train split. ``sex`` and ``race`` stay
+available as groups for fairness metrics even when ``drop_sensitive`` removes them from x.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..arrays import ArrayDataset
+from ..download import RemoteFile, ensure_files
+from ..errors import DataError
+from ..source import DATASETS, DataSource, resolve_data_dir
+
+URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
+FILES = [
+    RemoteFile("adult.data", URL + "adult.data", "5d7c39d7b8804f071cdd1f2a7c460872"),
+    RemoteFile("adult.test", URL + "adult.test", "35238206dfdf7f1fe215bbb874adecdc"),
+]
+COLUMNS = (
+    "age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
+    "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
+    "hours-per-week", "native-country",
+)
+CONTINUOUS = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week")
+SENSITIVE = ("race", "sex")
+CLASS_NAMES = ("<=50K", ">50K")
+
+
+def fit_standardiser(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and population standard deviations of ``values`` (n, d); a constant
+    column gets std 1 so that standardising it gives zeros instead of NaN."""
+    mean = values.mean(axis=0)
+    std = values.std(axis=0)
+    std[std == 0] = 1.0
+    return mean, std
+
+
+def one_hot(values: list[str], categories: list[str]) -> np.ndarray:
+    """(n, len(categories)) 0/1 matrix; a value outside ``categories`` gives an all-zero row."""
+    index = {c: j for j, c in enumerate(categories)}
+    out = np.zeros((len(values), len(categories)), dtype=np.float32)
+    for i, v in enumerate(values):
+        if v in index:
+            out[i, index[v]] = 1.0
+    return out
+
+
+def _read(path: Path) -> tuple[dict[str, list[str]], np.ndarray, np.ndarray]:
+    """Complete rows of one Adult file: categorical columns, continuous matrix, labels."""
+    categorical: dict[str, list[str]] = {c: [] for c in COLUMNS if c not in CONTINUOUS}
+    continuous: list[list[float]] = []
+    labels: list[int] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, start=1):
+            line = line.strip()
+            if not line or line.startswith("|"):  # blank line or adult.test's comment line
+                continue
+            fields = [v.strip() for v in line.split(",")]
+            if len(fields) != len(COLUMNS) + 1:
+                raise DataError(
+                    f"{path}, line {n}: expected {len(COLUMNS) + 1} comma-separated fields "
+                    f"(14 attributes and the income label), found {len(fields)}; "
+                    "replace the file with the original UCI Adult file"
+                )
+            if "?" in fields:
+                continue
+            row = dict(zip(COLUMNS, fields))
+            numbers = []
+            for c in CONTINUOUS:
+                try:
+                    numbers.append(float(row[c]))
+                except ValueError:
+                    raise DataError(
+                        f"{path}, line {n}, column '{c}': '{row[c]}' is not a number"
+                    ) from None
+            label = fields[-1].rstrip(".")  # adult.test writes '>50K.'
+            if label not in CLASS_NAMES:
+                raise DataError(
+                    f"{path}, line {n}, column 'income': expected '<=50K' or '>50K' "
+                    f"(a trailing dot is allowed), found '{fields[-1]}'"
+                )
+            for c in categorical:
+                categorical[c].append(row[c])
+            continuous.append(numbers)
+            labels.append(CLASS_NAMES.index(label))
+    if not labels:
+        raise DataError(f"{path} has no complete rows; is it the UCI Adult file?")
+    return categorical, np.array(continuous, dtype=np.float64), np.array(labels, dtype=np.int64)
+
+
+def _encode(
+    path: Path,
+    categories: dict[str, list[str]] | None,
+    stats: tuple[np.ndarray, np.ndarray] | None,
+    drop_sensitive: bool,
+) -> tuple[ArrayDataset, dict[str, list[str]], tuple[np.ndarray, np.ndarray]]:
+    """Encode one file; ``categories`` and ``stats`` are fitted here when ``None`` (train)."""
+    categorical, continuous, y = _read(path)
+    if categories is None:
+        categories = {c: sorted(set(v)) for c, v in categorical.items()}
+    if stats is None:
+        stats = fit_standardiser(continuous)
+    scaled = (continuous - stats[0]) / stats[1]
+    blocks, names = [], []
+    for c in COLUMNS:
+        if c in CONTINUOUS:
+            blocks.append(scaled[:, [CONTINUOUS.index(c)]].astype(np.float32))
+            names.append(c)
+        elif not (drop_sensitive and c in SENSITIVE):
+            blocks.append(one_hot(categorical[c], categories[c]))
+            names.extend(f"{c}={v}" for v in categories[c])
+    groups = {
+        "sex": torch.tensor([v == "Male" for v in categorical["sex"]], dtype=torch.int64),
+        "race": torch.tensor([v == "White" for v in categorical["race"]], dtype=torch.int64),
+    }
+    info = {"feature_names": names, "classes": list(CLASS_NAMES)}
+    data = ArrayDataset(torch.from_numpy(np.hstack(blocks)), torch.from_numpy(y), groups, info)
+    return data, categories, stats
+
+
+@DATASETS.register("adult", "UCI Adult census income (>50K), sensitive groups sex and race")
+def load_adult(
+    root: str | os.PathLike | None = None, *, download: bool = True, drop_sensitive: bool = False
+) -> DataSource:
+    """Adult train (``adult.data``) and test (``adult.test``) splits, encoded as above.
+
+    ``groups["sex"]`` is 1 for Male, ``groups["race"]`` 1 for White; ``drop_sensitive``
+    removes the sex and race one-hot columns from ``x`` (the groups stay).
+    """
+    data_dir = ensure_files("adult", resolve_data_dir("adult", root), FILES, download)
+    train, categories, stats = _encode(data_dir / "adult.data", None, None, drop_sensitive)
+    test, _, _ = _encode(data_dir / "adult.test", categories, stats, drop_sensitive)
+    return DataSource(train=train, test=test, task="classification", num_classes=2)

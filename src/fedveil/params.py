@@ -1,0 +1,50 @@
+"""Arithmetic on parameter dicts (``name -> tensor``), the currency of every algorithm."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+Params = dict[str, torch.Tensor]
+
+
+def clone(p: Params) -> Params:
+    return {k: v.detach().clone() for k, v in p.items()}
+
+
+def zeros_like(p: Params) -> Params:
+    return {k: torch.zeros_like(v) for k, v in p.items()}
+
+
+def add(a: Params, b: Params, scale: float = 1.0) -> Params:
+    """a + scale * b."""
+    return {k: a[k] + scale * b[k] for k in a}
+
+
+def sub(a: Params, b: Params) -> Params:
+    """a - b."""
+    return {k: a[k] - b[k] for k in a}
+
+
+def scale(a: Params, s: float) -> Params:
+    return {k: s * v for k, v in a.items()}
+
+
+def weighted_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
+    """sum_i w_i x_i / sum_i w_i (the FedAvg average, McMahan et al. 2017)."""
+    w = torch.tensor(list(weights), dtype=torch.float64)
+    if len(w) != len(items) or len(items) == 0:
+        raise ValueError(f"need one weight per item, got {len(w)} weights for {len(items)} items")
+    if torch.any(w < 0) or w.sum() <= 0:
+        raise ValueError("weights must be non-negative with a positive sum")
+    w = w / w.sum()
+    return {k: sum(float(wi) * it[k] for wi, it in zip(w, items)) for k in items[0]}
+
+
+def global_norm(p: Params) -> torch.Tensor:
+    """L2 norm of all entries taken together."""
+    return torch.sqrt(sum((v.double() ** 2).sum() for v in p.values()))
+
+
+def dot(a: Params, b: Params) -> torch.Tensor:
+    return sum((a[k].double() * b[k].double()).sum() for k in a)

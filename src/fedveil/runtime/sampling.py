@@ -1,0 +1,30 @@
+"""Client sampling schedules, generated in full from the seed before round 1.
+
+``fixed``: m clients uniformly without replacement each round (what privacy accounting
+calls fixed-size sampling). ``poisson``: every client joins independently with
+probability q = m / N (cohort size varies, possibly zero). Pre-generating the schedule
+makes runs reproducible and resumable, and tells the accountant exactly what happened.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .seeding import numpy_generator
+
+
+def client_schedule(num_clients: int, clients_per_round: int, rounds: int, scheme: str, seed: int) -> list[np.ndarray]:
+    """Sorted client ids for each round."""
+    if not 1 <= clients_per_round <= num_clients:
+        raise ValueError(f"clients_per_round must be in [1, {num_clients}], got {clients_per_round}")
+    rng = numpy_generator(seed, "client-sampling")
+    if scheme == "fixed":
+        return [np.sort(rng.choice(num_clients, clients_per_round, replace=False)) for _ in range(rounds)]
+    if scheme == "poisson":
+        q = clients_per_round / num_clients
+        return [np.flatnonzero(rng.random(num_clients) < q) for _ in range(rounds)]
+    raise ValueError(f"unknown sampling scheme '{scheme}'; choose fixed or poisson")
+
+
+def sampling_rate(num_clients: int, clients_per_round: int) -> float:
+    """q = m / N, the per-round inclusion probability under either scheme."""
+    return clients_per_round / num_clients
