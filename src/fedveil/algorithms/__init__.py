@@ -1,5 +1,11 @@
 """Federated algorithms: one module per method, registered by a decorator on import."""
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext
 from . import fedavg  # noqa: F401  (registers)
+from . import server_opt  # noqa: F401  (registers)
+from . import fedprox  # noqa: F401  (registers)
+from . import scaffold  # noqa: F401  (registers)
+from . import fednova  # noqa: F401  (registers)
+from . import local_only  # noqa: F401  (registers)
+from . import finetune  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

@@ -6,7 +6,7 @@ Client and server halves of a method live in one module. State is plain data
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -15,7 +15,9 @@ from torch import nn
 from ..data.federated import ClientData, FederatedDataset
 from ..params import Params
 from ..registry import Registry
-from ..runtime.local import LocalStats, LocalTrainer
+
+if TYPE_CHECKING:  # annotations only: importing the runtime here would be circular
+    from ..runtime.local import LocalStats, LocalTrainer
 
 State = dict[str, Any]
 
@@ -63,6 +65,7 @@ class Algorithm:
 
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     has_personal_models: ClassVar[bool] = False
+    has_global_model: ClassVar[bool] = True  # False: no shared model, so no global metrics are reported
 
     def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
         self.hp = params

@@ -1,1 +1,5 @@
-"""experiments"""
+"""Reproductions of the seed papers' experiments (``fedveil reproduce``)."""
+from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, write_results
+from . import fedavg_mnist  # noqa: F401  (registers)
+
+__all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]

@@ -83,7 +83,7 @@ class LocalTrainer:
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         loss = self.loss_fn(functional_call(self.model, leaves, (x,)), y)
         grads = torch.autograd.grad(loss, list(leaves.values()))
-        return float(loss), dict(zip(leaves.keys(), grads))
+        return float(loss.detach()), dict(zip(leaves.keys(), grads))
 
     def train(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .seeding import numpy_generator
+from ..seeding import numpy_generator
 
 
 def client_schedule(num_clients: int, clients_per_round: int, rounds: int, scheme: str, seed: int) -> list[np.ndarray]:

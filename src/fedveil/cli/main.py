@@ -1,0 +1,219 @@
+"""``fedveil`` command line: run, report, reproduce, and list what exists.
+
+Every user error (bad config value, missing data, a run directory that already holds a
+run) ends the command with one readable line on stderr and exit status 2, before any
+file is written.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..config import ConfigError
+from ..data.errors import DataError
+from ..registry import UnknownNameError
+from ..runtime.run_dir import RunDirError
+
+USER_ERRORS = (ConfigError, DataError, RunDirError, UnknownNameError)
+EXIT_USER_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedveil", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a federated training", description="Run a federated training.")
+    run.add_argument(
+        "items", nargs="*", metavar="[CONFIG.toml] [key=value ...]",
+        help="a TOML config and/or overrides such as rounds=50 or data.partition.alpha=0.1",
+    )
+    run.add_argument("--algorithm", help="algorithm name (see `fedveil algorithms`)")
+    run.add_argument("--dataset", help="data set name (see `fedveil datasets`)")
+    run.add_argument("--out", help="run directory (default: runs/<dataset>-<algorithm>-<time>)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    report = sub.add_parser("report", help="(re)draw the plots of a run directory")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+
+    sub.add_parser("datasets", help="list the data sets")
+    sub.add_parser("algorithms", help="list the algorithms")
+    sub.add_parser("models", help="list the models")
+    sub.add_parser("partitions", help="list the partitioners")
+
+    rep = sub.add_parser("reproduce", help="reproduce a paper experiment")
+    rep.add_argument("name", nargs="?", metavar="NAME")
+    rep.add_argument("--list", action="store_true", help="list the registered reproductions")
+    rep.add_argument("--quick", action="store_true", help="a reduced run that finishes in a few minutes")
+    rep.add_argument("--out", help="output folder (default: results/<NAME>)")
+    rep.add_argument(
+        "--data-root", help="folder holding the data sets (default: $FEDVEIL_DATA or ~/.cache/fedveil)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except USER_ERRORS as err:
+        print(f"fedveil: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("fedveil: interrupted; resume with --resume (the last checkpoint is kept)", file=sys.stderr)
+        return 130
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def split_items(items: list[str]) -> tuple[str | None, list[str]]:
+    configs = [i for i in items if "=" not in i]
+    if len(configs) > 1:
+        raise ConfigError(f"give at most one config file, got {', '.join(configs)}")
+    return (configs[0] if configs else None), [i for i in items if "=" in i]
+
+
+def resolve_run_config(args: argparse.Namespace):
+    """Config file (or the saved config of a resumed run) + flags + overrides, validated."""
+    from ..config import load_config
+    from ..runtime.run_dir import CONFIG_FILE
+
+    path, overrides = split_items(args.items)
+    if args.algorithm:
+        overrides.insert(0, f'algorithm.name="{args.algorithm}"')
+    if args.dataset:
+        overrides.insert(0, f'data.name="{args.dataset}"')
+    if args.resume:
+        if not args.out:
+            raise ConfigError("--resume needs --out RUN_DIR")
+        saved = Path(args.out) / CONFIG_FILE
+        if path is None and saved.exists():
+            return _load_saved(saved, overrides)
+    return load_config(path, overrides)
+
+
+def _load_saved(saved: Path, overrides: list[str]):
+    import json
+
+    from ..config import apply_overrides, validate
+
+    return validate(apply_overrides(json.loads(saved.read_text()), overrides))
+
+
+def default_out(config) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{config.data.name}-{config.algorithm.name}-{stamp}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..runtime import ProgressBar, Simulation
+
+    config = resolve_run_config(args)
+    out = Path(args.out) if args.out else default_out(config)
+    bars = [] if args.quiet else [ProgressBar(f"{config.algorithm.name}/{config.data.name}")]
+    sim = Simulation.from_config(config, bars)
+    summary = sim.run(out, resume=args.resume)
+    print_summary(summary, out)
+    return 0
+
+
+def print_summary(summary: dict, out: Path) -> None:
+    score = summary["score"]
+    print(
+        f"\n{summary['algorithm']} on {summary['dataset']} ({summary['model']}, {summary['num_clients']} clients, "
+        f"{summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f} s)"
+    )
+    shown = [
+        (f"global_test_{score}", f"global model, pooled test {score}"),
+        (f"global_client_{score}_mean", f"global model, mean client {score}"),
+        (f"global_client_{score}_worst10", f"global model, worst-10% client {score}"),
+        (f"personal_{score}_mean", f"personal models, mean client {score}"),
+        (f"personal_{score}_worst10", f"personal models, worst-10% client {score}"),
+        ("epsilon", "privacy spent (epsilon)"),
+    ]
+    for key, label in shown:
+        if key in summary:
+            print(f"  {label:<40} {summary[key]:.4f}")
+    if summary.get("best"):
+        best = summary["best"]
+        print(f"  best round by {best['selected_by']}: {best['round']}")
+    print(f"  run directory: {out}  (summary.json, metrics.jsonl, learning_curves.png)")
+
+
+# -------------------------------------------------------------------------- others
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..runtime.report import write_report
+
+    for path in write_report(args.run_dir):
+        print(path)
+    return 0
+
+
+def _print_entries(registry) -> int:
+    width = max(len(n) for n in registry.names())
+    for entry in registry.entries():
+        print(f"{entry.name:<{width}}  {entry.description}")
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from ..data import DATASETS
+
+    return _print_entries(DATASETS)
+
+
+def cmd_algorithms(args: argparse.Namespace) -> int:
+    from ..algorithms import ALGORITHMS
+
+    return _print_entries(ALGORITHMS)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from ..models import MODELS
+
+    return _print_entries(MODELS)
+
+
+def cmd_partitions(args: argparse.Namespace) -> int:
+    from ..data import PARTITIONERS
+
+    return _print_entries(PARTITIONERS)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from ..data.source import DATA_ENV_VAR
+    from ..experiments import EXPERIMENTS, ExperimentContext, write_results
+
+    if args.list or not args.name:
+        return _print_entries(EXPERIMENTS)
+    experiment = EXPERIMENTS.get(args.name)
+    out = Path(args.out) if args.out else Path("results") / args.name
+    if args.data_root:
+        root = Path(args.data_root)
+    elif os.environ.get(DATA_ENV_VAR):
+        root = Path(os.environ[DATA_ENV_VAR])
+    else:
+        root = Path.home() / ".cache" / "fedveil"
+    report = experiment(ExperimentContext(out_dir=out, quick=args.quick, data_root=root))
+    md, js = write_results(report, out, args.quick)
+    print(md.read_text())
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "report": cmd_report,
+    "datasets": cmd_datasets,
+    "algorithms": cmd_algorithms,
+    "models": cmd_models,
+    "partitions": cmd_partitions,
+    "reproduce": cmd_reproduce,
+}

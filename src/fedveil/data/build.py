@@ -1,0 +1,63 @@
+"""From a ``[data]`` config section to a :class:`FederatedDataset`: load, partition, split."""
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any
+
+from ..config import DataConfig
+from ..seeding import derive_seed, numpy_generator
+from .errors import DataError
+from .federated import FederatedDataset, build_federated
+from .partition_base import PARTITIONERS
+from .source import DATASETS, DataSource
+
+_COMMON_ARGS = ("root", "download")
+
+
+def loader_options(name: str) -> dict[str, Any]:
+    """The data-set-specific keyword options of loader ``name`` with their defaults."""
+    params = inspect.signature(DATASETS.get(name)).parameters
+    return {k: p.default for k, p in params.items() if k not in _COMMON_ARGS}
+
+
+def check_loader_options(name: str, options: dict[str, Any]) -> None:
+    """Reject an option the loader does not take, naming the accepted ones."""
+    accepted = loader_options(name)
+    for option in options:
+        if option not in accepted:
+            hint = difflib.get_close_matches(option, accepted, n=1)
+            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+            choices = ", ".join(f"{k}={v!r}" for k, v in accepted.items()) or "none"
+            raise DataError(
+                f"data.options: data set '{name}' has no option '{option}'{did_you_mean}; accepted: {choices}"
+            )
+
+
+def load_source(cfg: DataConfig, seed: int) -> DataSource:
+    """Run the loader of ``cfg.name``; synthetic generators get a seed derived from the run seed."""
+    check_loader_options(cfg.name, cfg.options)
+    options = dict(cfg.options)
+    if "seed" in loader_options(cfg.name) and "seed" not in options:
+        options["seed"] = derive_seed(seed, "data", cfg.name) % (2**31)
+    return DATASETS.get(cfg.name)(cfg.root, download=cfg.download, **options)
+
+
+def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
+    """Load the data set, partition its training rows over ``cfg.num_clients`` clients with
+    the configured partitioner, and split every client's rows into train/val/test."""
+    source = load_source(cfg, seed)
+    partitioner_cls = PARTITIONERS.get(cfg.partition.name)
+    partitioner = partitioner_cls(cfg.partition.typed_params())
+    parts = partitioner.split(source.train, cfg.num_clients, numpy_generator(seed, "partition"))
+    return build_federated(
+        cfg.name,
+        source.train,
+        parts,
+        task=source.task,
+        num_classes=source.num_classes,
+        pooled_test=source.test,
+        val_fraction=cfg.val_fraction,
+        test_fraction=cfg.test_fraction,
+        seed=derive_seed(seed, "client-splits"),
+    )

@@ -1,0 +1,85 @@
+"""The registry of paper reproductions run by ``fedveil reproduce NAME``.
+
+An experiment is a function ``(ctx: ExperimentContext) -> ExperimentReport``; it runs
+its training jobs (under ``ctx.out_dir / "runs"``) and returns measured rows next to the
+paper's numbers or claims. :func:`write_results` turns the report into ``results.md``
+and ``results.json``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..registry import Registry
+
+
+@dataclass
+class ResultRow:
+    """One compared quantity: what was measured and what the paper reports or claims."""
+
+    setting: str
+    metric: str
+    measured: float | str
+    paper: float | str
+    verdict: str = ""  # e.g. "meets claim", "below paper by 1.2 points"
+
+
+@dataclass
+class ExperimentReport:
+    title: str
+    source: str  # paper / spec section the numbers come from
+    rows: list[ResultRow]
+    scale_notes: list[str] = field(default_factory=list)  # what was scaled down or substituted
+    extra: dict[str, Any] = field(default_factory=dict)  # raw measurements (per seed, curves...)
+    figures: list[str] = field(default_factory=list)  # PNG files written next to results.md
+
+
+@dataclass
+class ExperimentContext:
+    out_dir: Path
+    quick: bool
+    data_root: Path  # parent folder of the data sets (e.g. ../shared/data)
+
+    def data_dir(self, *candidates: str) -> Path:
+        """The first existing ``data_root/<candidate>`` (else the first candidate's path,
+        where the loader will download or explain what is missing)."""
+        for name in candidates:
+            if (self.data_root / name).exists():
+                return self.data_root / name
+        return self.data_root / candidates[0]
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.out_dir / "runs"
+
+
+Experiment = Callable[[ExperimentContext], ExperimentReport]
+EXPERIMENTS: Registry[Experiment] = Registry("experiment")
+
+
+def _cell(value: float | str) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def results_markdown(report: ExperimentReport, quick: bool) -> str:
+    lines = [f"# {report.title}", "", f"Source: {report.source}", ""]
+    if quick:
+        lines += ["**Quick mode**: a reduced run for smoke-testing; numbers are not the full reproduction.", ""]
+    lines += ["| setting | metric | measured | paper | verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {r.setting} | {r.metric} | {_cell(r.measured)} | {_cell(r.paper)} | {r.verdict} |" for r in report.rows]
+    if report.scale_notes:
+        lines += ["", "## What differs from the paper", ""] + [f"- {n}" for n in report.scale_notes]
+    if report.figures:
+        lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in report.figures]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(report: ExperimentReport, out_dir: Path, quick: bool) -> tuple[Path, Path]:
+    """Write ``results.md`` and ``results.json`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "results.md", out_dir / "results.json"
+    md.write_text(results_markdown(report, quick))
+    js.write_text(json.dumps({"quick": quick, **asdict(report)}, indent=2) + "\n")
+    return md, js

@@ -1,0 +1,21 @@
+"""Executors run one round's cohort of client updates. ``serial`` is the readable reference."""
+from __future__ import annotations
+
+from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+
+
+class SerialExecutor:
+    """Runs the cohort's ``client_update`` calls one after another in this process."""
+
+    name = "serial"
+
+    def run_cohort(
+        self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
+    ) -> list[ClientResult]:
+        return [algorithm.client_update(server_state, client_state, task) for task, client_state in jobs]
+
+
+def make_executor(name: str) -> SerialExecutor:
+    if name == "serial":
+        return SerialExecutor()
+    raise ValueError(f"unknown executor '{name}'; available: serial")

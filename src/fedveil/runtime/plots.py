@@ -1,0 +1,59 @@
+"""PNG plots of a run: learning curves and the per-client score distribution."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+LEARNING_CURVES_FILE = "learning_curves.png"
+CLIENT_HISTOGRAM_FILE = "client_scores.png"
+
+
+def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+    """Score (left) and loss (right) per round, for every model that was evaluated."""
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    ax_score, ax_loss = fig.subplots(1, 2)
+    curves = [
+        (f"global_test_{score}", "global model, pooled test"),
+        (f"personal_{score}_mean", "personal models, mean over clients"),
+        (f"global_val_{score}", "global model, validation"),
+    ]
+    for key, label in curves:
+        pts = [(r["round"], r[key]) for r in rows if key in r]
+        if pts:
+            ax_score.plot(*zip(*pts), marker=".", label=label)
+    for key, label in (("train_loss", "local training loss"), ("global_test_loss", "pooled test loss")):
+        pts = [(r["round"], r[key]) for r in rows if key in r]
+        if pts:
+            ax_loss.plot(*zip(*pts), marker=".", label=label)
+    ax_score.set(xlabel="round", ylabel=score, title=f"{score} per round")
+    ax_loss.set(xlabel="round", ylabel="loss", title="loss per round")
+    for ax in (ax_score, ax_loss):
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return Path(path)
+
+
+def plot_client_histogram(clients: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+    """Histogram over clients of the final global-model and personal-model scores."""
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for kind in ("global", "personal"):
+        values = [c[f"{kind}_{score}"] for c in clients if f"{kind}_{score}" in c]
+        if values:
+            ax.hist(values, bins=min(20, max(5, len(values) // 2)), alpha=0.6, label=f"{kind} model")
+    ax.set(xlabel=f"{score} on the client's own test split", ylabel="clients", title=title or f"per-client {score}")
+    if ax.patches:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return Path(path)

@@ -1,0 +1,39 @@
+"""Plots of a finished (or running) run, rebuilt from its files alone (``fedveil report``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..data.label_plot import plot_label_distribution
+from .plots import CLIENT_HISTOGRAM_FILE, LEARNING_CURVES_FILE, plot_client_histogram, plot_learning_curves
+from .run_dir import CLIENT_METRICS_FILE, CONFIG_FILE, RunDirectory, RunDirError, read_json
+
+PARTITION_FILE = "partition.json"
+LABEL_DISTRIBUTION_FILE = "label_distribution.png"
+
+
+def write_report(path: str | Path) -> list[Path]:
+    """Write the PNG plots of run directory ``path``; returns the files written."""
+    run = RunDirectory(path)
+    if not run.has_run:
+        raise RunDirError(f"'{path}' is not a fedveil run directory (no {CONFIG_FILE})")
+    rows = run.metrics()
+    if not rows:
+        raise RunDirError(f"run '{path}' has no finished round yet; nothing to plot")
+    config = read_json(run.file(CONFIG_FILE))
+    title = f"{config['algorithm']['name']} on {config['data']['name']}"
+    score = "mse" if any(k.endswith("_mse") or "_mse_" in k for r in rows for k in r) else "accuracy"
+    written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title)]
+    if run.file(CLIENT_METRICS_FILE).exists():
+        clients = read_json(run.file(CLIENT_METRICS_FILE))
+        written.append(plot_client_histogram(clients, score, run.file(CLIENT_HISTOGRAM_FILE), title))
+    if run.file(PARTITION_FILE).exists():
+        partition = read_json(run.file(PARTITION_FILE))
+        if partition.get("label_counts"):
+            out = run.file(LABEL_DISTRIBUTION_FILE)
+            plot_label_distribution(
+                np.asarray(partition["label_counts"]), out, f"{config['data']['name']}: training labels per client"
+            )
+            written.append(out)
+    return written

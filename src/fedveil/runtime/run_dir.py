@@ -1,0 +1,143 @@
+"""The run directory: resolved config, per-round metrics, summary, checkpoint.
+
+Writes are crash-safe: ``metrics.jsonl`` is appended and fsynced row by row, JSON files
+and the checkpoint are written to a temporary file and renamed into place, so a killed
+run never leaves a half-written file and loses at most the rounds since its checkpoint.
+An existing run is never overwritten: it can only be resumed, with the same config.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CLIENT_METRICS_FILE = "client_metrics.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used as asked (already holds a run, another config...)."""
+
+
+def config_fingerprint(config: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a resolved config."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    _atomic_write(path, lambda h: h.write((json.dumps(obj, indent=2) + "\n").encode()))
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` file; a torn last line (killed mid-write) is skipped."""
+    rows = []
+    if not Path(path).exists():
+        return rows
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+class RunDirectory:
+    """One run's folder. Use :meth:`create` for a new run and :meth:`open_for_resume` to continue."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def has_run(self) -> bool:
+        return self.file(CONFIG_FILE).exists()
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, config: dict[str, Any]) -> "RunDirectory":
+        run = cls(path)
+        if run.path.exists() and any(run.path.iterdir()):
+            hint = "pass --resume to continue it" if run.has_run else "it is not an empty folder"
+            raise RunDirError(f"run directory '{run.path}' already exists and is not empty ({hint}), or choose another --out")
+        run.path.mkdir(parents=True, exist_ok=True)
+        write_json(run.file(CONFIG_FILE), config)
+        return run
+
+    @classmethod
+    def open_for_resume(cls, path: str | os.PathLike, config: dict[str, Any]) -> "RunDirectory":
+        """Reopen a run of the same config (a new directory is created if there is none yet)."""
+        run = cls(path)
+        if not run.has_run:
+            return cls.create(path, config)
+        saved = read_json(run.file(CONFIG_FILE))
+        if config_fingerprint(saved) != config_fingerprint(config):
+            changed = sorted(_diff_keys(saved, config))
+            raise RunDirError(
+                f"cannot resume '{run.path}': its config differs in {', '.join(changed)}; "
+                "resume with the saved config (omit CONFIG) or start a new run with another --out"
+            )
+        return run
+
+    # --------------------------------------------------------------- metrics
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with open(self.file(METRICS_FILE), "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.file(METRICS_FILE))
+
+    def keep_metrics_through(self, last_round: int) -> list[dict[str, Any]]:
+        """Drop rows after ``last_round`` (written after the checkpoint a resume starts from)."""
+        rows = [r for r in self.metrics() if r["round"] <= last_round]
+        body = "".join(json.dumps(r) + "\n" for r in rows)
+        _atomic_write(self.file(METRICS_FILE), lambda h: h.write(body.encode()))
+        return rows
+
+    # ------------------------------------------------------------ checkpoint
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        _atomic_write(self.file(CHECKPOINT_FILE), lambda h: torch.save(state, h))
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        path = self.file(CHECKPOINT_FILE)
+        if not path.exists():
+            return None
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception as err:  # torch raises several types for a damaged file
+            raise RunDirError(f"checkpoint '{path}' cannot be read ({err}); delete it to restart the run") from None
+
+    def write_json(self, name: str, obj: Any) -> None:
+        write_json(self.file(name), obj)
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> set[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: set[str] = set()
+        for key in set(a) | set(b):
+            out |= _diff_keys(a.get(key), b.get(key), f"{prefix}{key}.")
+        return out
+    return set() if a == b else {prefix.rstrip(".")}

@@ -1,0 +1,175 @@
+"""The round loop: one federated simulation from a validated :class:`RunConfig`.
+
+Everything that can fail on bad input (data loading, partitioning, model building,
+hyper-parameters) happens in :meth:`Simulation.from_config`, before any file is written.
+:meth:`Simulation.run` then trains round by round, appends one metrics row per round,
+checkpoints every ``checkpoint.every`` rounds and resumes bit-for-bit from a checkpoint:
+all randomness is drawn from streams derived from ``(seed, purpose, round, client)``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..algorithms import ALGORITHMS, Algorithm, ClientTask, RunContext
+from ..config import ConfigError, RunConfig
+from ..data.build import build_dataset
+from ..data.federated import FederatedDataset
+from ..models import build_model
+from ..params import Params
+from .callbacks import Callback
+from .executor import make_executor
+from .local import LocalTrainer, task_loss
+from .report import PARTITION_FILE, write_report
+from .round_metrics import RoundEvaluator
+from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, config_fingerprint
+from .sampling import client_schedule
+from ..seeding import derive_seed, torch_generator
+from .summary import build_summary
+
+
+def auto_model_name(data: FederatedDataset) -> str:
+    """``model.name = "auto"``: LeNet for images, char-LSTM for token sequences, an MLP
+    for tabular classification and a linear model for tabular regression."""
+    if len(data.input_shape) == 3:
+        return "lenet"
+    if not data.test.x.is_floating_point():
+        return "char_lstm"
+    return "mlp" if data.task == "classification" else "linear"
+
+
+def initial_params(model: nn.Module) -> Params:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@dataclass
+class Simulation:
+    config: RunConfig
+    data: FederatedDataset
+    model: nn.Module
+    model_name: str
+    init: Params
+    algorithm: Algorithm
+    trainer: LocalTrainer
+    schedule: list[np.ndarray]
+    callbacks: list[Callback] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
+        """Load data, build the model and the algorithm; raises before anything is written."""
+        data = build_dataset(config.data, config.seed)
+        model_name = auto_model_name(data) if config.model.name == "auto" else config.model.name
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed(config.seed, "init"))
+            try:
+                model = build_model(model_name, data.input_shape, data.num_classes, **config.model.options)
+            except (ValueError, TypeError) as err:
+                raise ConfigError(f"model: {err}") from None
+        trainer = LocalTrainer(model, task_loss(data.task), config.client, config.federation.rounds)
+        alg_cls = ALGORITHMS.get(config.algorithm.name)
+        ctx = RunContext(model=model, trainer=trainer, data=data, seed=config.seed, rounds=config.federation.rounds)
+        algorithm = alg_cls(config.algorithm.typed_params(), ctx)
+        fed = config.federation
+        schedule = client_schedule(data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed)
+        return cls(config, data, model, model_name, initial_params(model), algorithm, trainer, schedule, list(callbacks))
+
+    # ------------------------------------------------------------------ state
+    def fresh_state(self) -> dict[str, Any]:
+        return {"round": 0, "server": self.algorithm.init_server(self.init), "clients": {}, "elapsed_s": 0.0}
+
+    def client_state(self, state: dict[str, Any], cid: int):
+        if cid in state["clients"]:
+            return state["clients"][cid]
+        return self.algorithm.init_client(cid, state["server"])
+
+    def task(self, cid: int, round_idx: int) -> ClientTask:
+        return ClientTask(
+            client_id=cid,
+            round=round_idx,
+            data=self.data.clients[cid],
+            generator=torch_generator(self.config.seed, "train", round_idx, cid),
+            trainer=self.trainer,
+        )
+
+    # ------------------------------------------------------------------- loop
+    def train_round(self, state: dict[str, Any], round_idx: int) -> dict[str, Any]:
+        """Run round ``round_idx`` (0-based) in place on ``state``; return its training stats."""
+        cohort = [int(c) for c in self.schedule[round_idx]]
+        jobs = [(self.task(cid, round_idx), self.client_state(state, cid)) for cid in cohort]
+        results = make_executor(self.config.executor).run_cohort(self.algorithm, state["server"], jobs)
+        for cid, result in zip(cohort, results):
+            if result.state is not None:
+                state["clients"][cid] = result.state
+        state["server"] = self.algorithm.aggregate(state["server"], [(c, r.message) for c, r in zip(cohort, results)], round_idx)
+        state["round"] = round_idx + 1
+        losses = [r.stats.loss for r in results if r.stats is not None]
+        row: dict[str, Any] = {"round": round_idx + 1, "cohort_size": len(cohort), "lr": self.trainer.lr_at(round_idx)}
+        if losses:
+            row["train_loss"] = float(np.mean(losses))
+        for r in results:
+            for key, value in r.extra_metrics.items():
+                row.setdefault(key, []).append(value)
+        return {k: float(np.mean(v)) if isinstance(v, list) else v for k, v in row.items()}
+
+    def evaluator(self) -> RoundEvaluator:
+        ev = self.config.eval
+        return RoundEvaluator(self.algorithm, self.data, self.trainer, self.config.seed, ev.batch_size, ev.personal)
+
+    def run(self, out: str | Path, resume: bool = False) -> dict[str, Any]:
+        """Train all rounds, writing into run directory ``out``; returns the summary."""
+        config_dict = self.config.model_dump(mode="json")
+        run_dir = RunDirectory.open_for_resume(out, config_dict) if resume else RunDirectory.create(out, config_dict)
+        state = run_dir.load_checkpoint() if resume else None
+        if state is not None and state.get("fingerprint") != config_fingerprint(config_dict):
+            raise RuntimeError(f"checkpoint in '{out}' belongs to another config; start a new run")
+        state = state or self.fresh_state()
+        run_dir.write_json(PARTITION_FILE, self.partition_facts())
+        rows = run_dir.keep_metrics_through(state["round"])
+        return self._loop(run_dir, state, rows, config_dict)
+
+    def _loop(self, run_dir: RunDirectory, state: dict[str, Any], rows: list[dict], config_dict: dict) -> dict[str, Any]:
+        rounds, every = self.config.federation.rounds, self.config.checkpoint.every
+        evaluator, client_rows = self.evaluator(), None
+        for cb in self.callbacks:
+            cb.on_run_start(rounds, state["round"])
+        started = time.perf_counter() - state["elapsed_s"]
+        for r in range(state["round"], rounds):
+            row = self.train_round(state, r)
+            last = r + 1 == rounds
+            if (r + 1) % self.config.eval.every == 0 or last:
+                metrics, client_rows = evaluator(state["server"], state["clients"], r)
+                row.update(metrics)
+            state["elapsed_s"] = row["elapsed_s"] = time.perf_counter() - started
+            run_dir.append_metrics(row)
+            rows.append(row)
+            for cb in self.callbacks:
+                cb.on_round_end(row)
+            if last or (every and (r + 1) % every == 0):
+                run_dir.save_checkpoint({**state, "fingerprint": config_fingerprint(config_dict)})
+        if client_rows is None:  # resumed a finished run: score the final state again
+            _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
+        summary = build_summary(self, rows, state["elapsed_s"])
+        run_dir.write_json(CLIENT_METRICS_FILE, client_rows)
+        run_dir.write_json(SUMMARY_FILE, summary)
+        write_report(run_dir.path)
+        for cb in self.callbacks:
+            cb.on_run_end(summary)
+        return summary
+
+    def partition_facts(self) -> dict[str, Any]:
+        """Client sizes (and label counts) of the partition, for ``partition.json``."""
+        facts: dict[str, Any] = {
+            "train_sizes": self.data.train_sizes().tolist(),
+            "test_sizes": [len(c.test) for c in self.data.clients],
+            "val_sizes": [0 if c.val is None else len(c.val) for c in self.data.clients],
+            "pooled_test_size": len(self.data.test),
+        }
+        if self.data.task == "classification":
+            facts["label_counts"] = self.data.label_counts().tolist()
+        return facts

@@ -1,0 +1,55 @@
+"""``summary.json``: the final metrics of a run under stable, documented keys.
+
+Top level holds the last round's evaluation metrics (e.g. ``global_test_accuracy``,
+``personal_accuracy_mean``; see :mod:`fedveil.runtime.round_metrics`) plus run facts.
+``best`` is the round with the best validation score, only when a validation split
+exists (``data.val_fraction > 0``); picking the best round on test data would be
+optimistic, so it is never done.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .evaluation import score_name
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+RUN_KEYS = ("round", "cohort_size", "lr", "train_loss", "elapsed_s")
+
+
+def eval_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in RUN_KEYS}
+
+
+def best_round(rows: list[dict[str, Any]], task: str) -> dict[str, Any] | None:
+    """The evaluated row with the best pooled validation score (global, else personal)."""
+    score = score_name(task)
+    for key in (f"global_val_{score}", f"personal_val_{score}"):
+        scored = [r for r in rows if key in r]
+        if scored:
+            pick = max if score == "accuracy" else min
+            row = pick(scored, key=lambda r: r[key])
+            return {"round": row["round"], "selected_by": key, **eval_metrics(row)}
+    return None
+
+
+def build_summary(sim: "Simulation", rows: list[dict[str, Any]], wall_time_s: float) -> dict[str, Any]:
+    cfg = sim.config
+    evaluated = [r for r in rows if any(k.startswith(("global_", "personal_")) for k in r)]
+    final = evaluated[-1] if evaluated else {}
+    return {
+        "algorithm": cfg.algorithm.name,
+        "dataset": cfg.data.name,
+        "model": sim.model_name,
+        "task": sim.data.task,
+        "score": score_name(sim.data.task),
+        "num_clients": sim.data.num_clients,
+        "rounds": cfg.federation.rounds,
+        "rounds_completed": rows[-1]["round"] if rows else 0,
+        "seed": cfg.seed,
+        "wall_time_s": wall_time_s,
+        "final_round": final.get("round"),
+        **eval_metrics(final),
+        "best": best_round(evaluated, sim.data.task),
+    }

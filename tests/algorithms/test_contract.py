@@ -1,0 +1,42 @@
+"""What every registered algorithm promises the runtime."""
+import io
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from fedveil.algorithms import ALGORITHMS
+from harness import make_algorithm, run_rounds
+
+NAMES = ["fedadam", "fedavg", "fedavg_ft", "fedavgm", "fednova", "fedprox", "fedyogi", "local", "scaffold"]
+
+
+def test_registered_names():
+    assert ALGORITHMS.names() == NAMES
+    assert all(entry.description and entry.obj.__doc__ for entry in ALGORITHMS.entries())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_params_are_typed_and_documented(name):
+    params = ALGORITHMS.get(name).Params
+    assert all(f.description for f in params.model_fields.values())
+    with pytest.raises(ValidationError):
+        params(no_such_setting=1)
+
+
+def _tensors_only(tree):
+    if isinstance(tree, dict):
+        return all(_tensors_only(v) for v in tree.values())
+    return isinstance(tree, (torch.Tensor, int, float))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_is_plain_checkpointable_data(name):
+    run = run_rounds(make_algorithm(name, client={"batch_size": 2}), 2, cohorts=[[0, 2], [1, 2]])
+    states = {"server": run.server, "clients": {c: s for c, s in run.clients.items() if s is not None}}
+    assert _tensors_only(states)
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    assert torch.equal(loaded["server"]["params"]["weight"], run.server["params"]["weight"])
