@@ -51,7 +51,7 @@ class _NamedComponent(BaseModel):
 
 
 class PartitionConfig(_NamedComponent):
-    name: str = "iid"
+    name: str = Field("iid", description="partitioner (`fedveil partitions`); its options go in the same section")
 
     def _params_class(self) -> type[BaseModel]:
         from .data import PARTITIONERS
@@ -60,7 +60,7 @@ class PartitionConfig(_NamedComponent):
 
 
 class AlgorithmConfig(_NamedComponent):
-    name: str = "fedavg"
+    name: str = Field("fedavg", description="algorithm (`fedveil algorithms`); its hyper-parameters go in the same section")
 
     def _params_class(self) -> type[BaseModel]:
         from .algorithms import ALGORITHMS
@@ -69,13 +69,13 @@ class AlgorithmConfig(_NamedComponent):
 
 
 class DataConfig(_Section):
-    name: str = "digits"
+    name: str = Field("digits", description="data set (`fedveil datasets`)")
     root: str | None = Field(None, description="data directory; default $FEDVEIL_DATA/<name> or ~/.cache/fedveil/<name>")
-    download: bool = True
-    num_clients: int = Field(10, ge=1)
+    download: bool = Field(True, description="download from the canonical source when files are missing")
+    num_clients: int = Field(10, ge=1, description="clients to split the data over (natural partitions fix it)")
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
-    val_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    val_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of each client's rows held out for validation")
+    test_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's rows held out for testing")
     options: dict[str, Any] = Field(default_factory=dict, description="loader-specific options")
 
     @model_validator(mode="after")
@@ -93,8 +93,8 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
-    name: str = "auto"
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images, char-LSTM for text, MLP/linear for tables")
+    options: dict[str, Any] = Field(default_factory=dict, description="model options, e.g. { width = 0.5 }")
 
 
 class ClientConfig(_Section):
@@ -106,20 +106,24 @@ class ClientConfig(_Section):
     lr: float = Field(0.05, gt=0.0)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
-    lr_schedule: Literal["constant", "step", "exponential", "cosine"] = "constant"
+    lr_schedule: Literal["constant", "step", "exponential", "cosine"] = Field(
+        "constant", description="learning rate per round: constant, step decay, exponential decay, cosine to 0"
+    )
     lr_decay: float = Field(0.1, gt=0.0, le=1.0, description="factor for step / per-round factor for exponential")
     lr_step_rounds: int = Field(50, ge=1, description="rounds between decays of the step schedule")
 
 
 class FederationConfig(_Section):
-    rounds: int = Field(20, ge=1)
+    rounds: int = Field(20, ge=1, description="communication rounds")
     clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
-    sampling: Literal["fixed", "poisson"] = "fixed"
+    sampling: Literal["fixed", "poisson"] = Field(
+        "fixed", description="fixed-size cohorts without replacement, or each client independently (Poisson)"
+    )
 
 
 class EvalConfig(_Section):
-    every: int = Field(1, ge=1)
-    batch_size: int = Field(1024, ge=1)
+    every: int = Field(1, ge=1, description="rounds between evaluations (the last round is always evaluated)")
+    batch_size: int = Field(1024, ge=1, description="evaluation batch size (memory only; scores do not depend on it)")
     personal: bool = Field(True, description="also score personal models where the algorithm has them")
 
 
@@ -127,14 +131,61 @@ class CheckpointConfig(_Section):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0 = only at the end")
 
 
+class PrivacyConfig(_Section):
+    """Differential privacy of the run (DESIGN idea 3); ``level = "none"`` turns it off.
+
+    ``example``: DP-SGD inside every client's local training; each client (silo) is
+    accounted separately under its own budget. ``client``: each client's whole update is
+    clipped and the cohort average noised (DP-FedAvg); the population is accounted.
+    Give ``epsilon`` (noise is calibrated to spend it exactly by the last round),
+    ``noise_multiplier`` (epsilon is reported), or both (the run refuses to start if
+    the plan would spend more than ``epsilon``).
+    """
+
+    level: Literal["none", "example", "client"] = Field("none", description="unit of privacy: none, each example, each client")
+    epsilon: float | None = Field(None, gt=0.0, description="target / budget epsilon (per client for example level)")
+    delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta of the (epsilon, delta) guarantee")
+    noise_multiplier: float | None = Field(None, gt=0.0, description="noise std / clip; calibrated from epsilon if unset")
+    clip: float = Field(1.0, gt=0.0, description="L2 clip of per-example gradients (example) or of updates (client)")
+    accountant: Literal["rdp", "pld"] = Field("rdp", description="dp-accounting backend: Renyi DP or privacy loss distributions")
+    batch_sampling: Literal["poisson", "shuffle"] = Field(
+        "poisson", description="example level: Poisson batches (rate batch_size/n) or shuffled epochs"
+    )
+    client_epsilons: list[float] | None = Field(
+        None, description="example level: one budget per client (silo-specific DP); overrides epsilon"
+    )
+    adaptive_clip: bool = Field(False, description="client level: adapt the clip to a quantile (Andrew et al. 2021)")
+    target_quantile: float = Field(0.5, gt=0.0, lt=1.0, description="adaptive clip: share of updates left unclipped")
+    clip_lr: float = Field(0.2, gt=0.0, description="adaptive clip: geometric step size")
+    clip_count_noise: float | None = Field(
+        None, gt=0.0, description="adaptive clip: noise std of the clipped-count (default: expected cohort / 20)"
+    )
+
+    @model_validator(mode="after")
+    def _budget_given(self) -> "PrivacyConfig":
+        if self.level == "none":
+            return self
+        if self.epsilon is None and self.noise_multiplier is None and self.client_epsilons is None:
+            raise ValueError(f"level '{self.level}' needs epsilon, client_epsilons or noise_multiplier")
+        if self.client_epsilons is not None:
+            if self.level != "example":
+                raise ValueError("client_epsilons (per-client budgets) apply to level 'example' only")
+            if any(e <= 0 for e in self.client_epsilons):
+                raise ValueError("client_epsilons must all be > 0")
+        if self.adaptive_clip and self.level != "client":
+            raise ValueError("adaptive_clip applies to level 'client' only")
+        return self
+
+
 class RunConfig(_Section):
-    seed: int = 0
-    executor: Literal["serial"] = "serial"
+    seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
+    executor: Literal["serial"] = Field("serial", description="how a round's cohort is trained")
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
@@ -144,6 +195,11 @@ class RunConfig(_Section):
             raise ValueError(
                 f"federation.clients_per_round={self.federation.clients_per_round} exceeds "
                 f"data.num_clients={self.data.num_clients}"
+            )
+        cohort_epsilons = self.privacy.client_epsilons
+        if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:
+            raise ValueError(
+                f"privacy.client_epsilons has {len(cohort_epsilons)} budgets for data.num_clients={self.data.num_clients}"
             )
         return self
 
@@ -199,7 +255,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         else:
             bare.append((key, parse_value(text)))
     if bare:
-        resolved = validate(raw).model_dump()
+        try:
+            resolved, invalid = validate(raw).model_dump(), None
+        except ConfigError as err:
+            # raw may be invalid only until the bare overrides apply (data.num_clients=3
+            # clients_per_round=2): look the bare names up in the defaults overlaid with raw
+            resolved, invalid = _overlay(RunConfig().model_dump(), raw), err
         paths = _leaf_paths(resolved)
         for key, value in bare:
             matches = [p for p in paths if p[-1] == key]
@@ -207,7 +268,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 names = ", ".join(".".join(p) for p in matches)
                 raise ConfigError(f"'{key}' is ambiguous: write one of {names}")
             if not matches:
-                path = _new_component_param(resolved, key)
+                try:
+                    path = _new_component_param(resolved, key)
+                except (KeyError, TypeError):  # unknown component name / section not a table
+                    if invalid is None:
+                        raise
+                    raise invalid from None
             else:
                 path = matches[0]
             _set_path(raw, path, value)
@@ -231,6 +297,15 @@ def _new_component_param(resolved: dict[str, Any], key: str) -> tuple[str, ...]:
 
 def _deep_copy(tree: dict[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in tree.items()}
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top``'s entries laid over it, section by section."""
+    out = _deep_copy(base)
+    for key, value in top.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _overlay(out[key], value) if both else value
+    return out
 
 
 def format_validation_error(err: ValidationError, joiner: str = "; ") -> str:

@@ -117,7 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(config)
     bars = [] if args.quiet else [ProgressBar(f"{config.algorithm.name}/{config.data.name}")]
     sim = Simulation.from_config(config, bars)
-    summary = sim.run(out, resume=args.resume)
+    try:
+        summary = sim.run(out, resume=args.resume)
+    finally:  # end the bar's line also when interrupted, so a message starts on its own line
+        for bar in bars:
+            if bar.bar is not None:
+                bar.bar.close()
     print_summary(summary, out)
     return 0
 

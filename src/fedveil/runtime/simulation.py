@@ -28,7 +28,7 @@ from .executor import make_executor
 from .local import LocalTrainer, task_loss
 from .report import PARTITION_FILE, write_report
 from .round_metrics import RoundEvaluator
-from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, config_fingerprint
+from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint
 from .sampling import client_schedule
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
@@ -127,7 +127,7 @@ class Simulation:
         run_dir = RunDirectory.open_for_resume(out, config_dict) if resume else RunDirectory.create(out, config_dict)
         state = run_dir.load_checkpoint() if resume else None
         if state is not None and state.get("fingerprint") != config_fingerprint(config_dict):
-            raise RuntimeError(f"checkpoint in '{out}' belongs to another config; start a new run")
+            raise RunDirError(f"checkpoint in '{out}' belongs to another config; start a new run")
         state = state or self.fresh_state()
         run_dir.write_json(PARTITION_FILE, self.partition_facts())
         rows = run_dir.keep_metrics_through(state["round"])

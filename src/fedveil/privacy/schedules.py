@@ -1,0 +1,537 @@
+"""Noise schedules sigma_t for private gradient descent (Hong, dissertation Ch. 2).
+
+Unit (the dissertation's book-keeping, spec §1.2): ``sigma_t`` is the noise multiplier
+(noise std / sensitivity of the averaged gradient), a step costs ``rho_t = 1/sigma_t^2``
+and a run must satisfy ``sum_t 1/sigma_t^2 <= R`` with ``R = 2 * rho_zCDP`` (Thm 1: the
+run is (R/2)-zCDP). Nothing here knows about models, so the same schedules drive DP-GD
+steps and DP-FedAvg rounds alike.
+
+Mini-batches (PSGD, §2.4.4): a step on a batch sampled with replacement at rate p costs
+``c p^2 / sigma_t^2`` of R, i.e. the sigma-unit budget is ``R' = R / (c p^2)``
+(:func:`psgd_budget`); build the schedule with R' and charge steps with
+``BudgetTracker(R, cost_scale=c p^2)``.
+
+Steps are 0-based here (``sigma(step)``, step = t - 1 of the dissertation's t = 1..T).
+Two budget modes (spec §1.8): a schedule normalised to spend R in exactly T steps
+(uniform, dynamic, :func:`normalise_to_budget`), or run-until-exhausted (Alg. 2.1):
+charge each step and stop when the next step's cost exceeds the residual.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Annotated, Callable, Iterator, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import format_validation_error
+from ..registry import Registry
+
+# Budget comparisons allow this relative slack: a schedule normalised to spend exactly R
+# sums to R only up to float rounding, and its last step must still fit.
+_BUDGET_RTOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------
+# Closed forms and optimal allocations (§1.4, §1.5)
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value}")
+
+
+def _check_steps(T: int) -> None:
+    if int(T) != T or T < 1:
+        raise ValueError(f"T (number of steps) must be a positive integer, got {T}")
+
+
+def _check_open_unit(name: str, value: float) -> None:
+    if not 0 < value < 1:
+        raise ValueError(f"{name} must lie in (0, 1), got {value}")
+
+
+def _rate(kappa: float) -> float:
+    """gamma = 1 - 1/kappa (Eq. 2.6), kappa = M/mu >= 1 (Eq. 2.5)."""
+    if not (math.isfinite(kappa) and kappa >= 1):
+        raise ValueError(f"kappa (condition number M/mu) must be >= 1, got {kappa}")
+    return 1.0 - 1.0 / kappa
+
+
+def optimal_sigmas(influence: np.ndarray, R: float) -> np.ndarray:
+    """Lemma 1 / Eq. 2.10: ``sigma_t^2 = (1/R) sum_i sqrt(q_i/q_t)`` minimises
+    ``sum_t q_t sigma_t^2`` subject to ``sum_t 1/sigma_t^2 = R`` (budget share ~ sqrt(q_t))."""
+    _check_positive("R", R)
+    q = np.asarray(influence, dtype=np.float64)
+    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
+        raise ValueError("influence must be a non-empty 1-d array of positive finite numbers")
+    s = np.sqrt(q)
+    return np.sqrt(s.sum() / (R * s))
+
+
+def uniform_sigmas(R: float, T: int) -> np.ndarray:
+    """Thm 3: ``sigma_t^2 = T/R`` for t = 1..T."""
+    _check_positive("R", R)
+    _check_steps(T)
+    return np.full(int(T), math.sqrt(T / R))
+
+
+def gd_dynamic_sigmas(R: float, T: int, gamma: float) -> np.ndarray:
+    """Thm 4 / Eq. 2.11, corrected (spec §1.4): the GD-optimal schedule
+    ``sigma_t^2 = ((1/gamma)^{T/2} - 1) gamma^{t/2} / ((1 - sqrt(gamma)) R)``,
+    i.e. Lemma 1 with influence ``q_t = gamma^{T-t}``; sigma_t = sigma_1 gamma^{(t-1)/4}."""
+    _check_positive("R", R)
+    _check_steps(T)
+    _check_open_unit("gamma", gamma)
+    t = np.arange(1, int(T) + 1, dtype=np.float64)
+    # ((1/g)^{T/2} - 1) g^{t/2} written as g^{(t-T)/2} (1 - g^{T/2}) to avoid overflow
+    var = gamma ** ((t - T) / 2) * (1 - gamma ** (T / 2)) / ((1 - math.sqrt(gamma)) * R)
+    return np.sqrt(var)
+
+
+def momentum_influence(T: int, beta: float, gamma: float) -> np.ndarray:
+    """Influence of sigma_i^2 in U_3 of Thm 5 / Eq. 2.14 (spec §1.5):
+    ``q_i = sum_{t=i..T} gamma^{T-t} ((1-beta)/(1-beta^t))^2 beta^{2(t-i)}``, i = 1..T."""
+    _check_steps(T)
+    _check_open_unit("gamma", gamma)
+    if not 0 <= beta < 1:
+        raise ValueError(f"beta (momentum) must lie in [0, 1), got {beta}")
+    t = np.arange(1, int(T) + 1, dtype=np.float64)
+    w = gamma ** (T - t) * ((1 - beta) / (1 - beta**t)) ** 2
+    q = np.empty_like(w)
+    acc = 0.0
+    for i in range(int(T) - 1, -1, -1):  # q_i = w_i + beta^2 q_{i+1}
+        acc = w[i] + beta**2 * acc
+        q[i] = acc
+    return q
+
+
+def momentum_dynamic_sigmas(R: float, T: int, beta: float, gamma: float) -> np.ndarray:
+    """Thm 7: Lemma 1 applied to the momentum influence q_i^mom (beta = 0 gives Thm 4)."""
+    return optimal_sigmas(momentum_influence(T, beta, gamma), R)
+
+
+def erub_uniform(T: int | np.ndarray, alpha: float, kappa: float) -> np.ndarray | float:
+    """Eq. 2.9: ``ERUB(T) = gamma^T + alpha kappa (1 - gamma^T) T`` under sigma_t^2 = T/R."""
+    _check_positive("alpha", alpha)
+    g, T = _rate(kappa), np.asarray(T, dtype=np.float64)
+    return g**T + alpha * kappa * (1 - g**T) * T
+
+
+def erub_dynamic(T: int | np.ndarray, alpha: float, kappa: float) -> np.ndarray | float:
+    """ERUB under the dynamic schedule (spec §1.4): ``gamma^T + alpha ((1 - gamma^{T/2})/(1 - sqrt(gamma)))^2``."""
+    _check_positive("alpha", alpha)
+    g, T = _rate(kappa), np.asarray(T, dtype=np.float64)
+    return g**T + alpha * ((1 - g ** (T / 2)) / (1 - math.sqrt(g))) ** 2
+
+
+def _argmin_T(erub: Callable[[np.ndarray, float, float], np.ndarray], alpha: float, kappa: float) -> tuple[int, float]:
+    """Integer argmin of a unimodal ERUB(T): widen the search range until the minimum is interior."""
+    hi = 1024
+    while True:
+        values = erub(np.arange(1, hi + 1), alpha, kappa)
+        best = int(np.argmin(values))
+        if best + 1 < hi // 2:
+            return best + 1, float(values[best])
+        if hi >= 1 << 26:
+            raise ValueError(f"no minimum of ERUB(T) below T = {hi} for alpha={alpha}, kappa={kappa}")
+        hi *= 4
+
+
+def best_T_uniform(alpha: float, kappa: float) -> tuple[int, float]:
+    """(T, ERUB) minimising Eq. 2.9 over integer T (the closed-form T is order-level only)."""
+    return _argmin_T(erub_uniform, alpha, kappa)
+
+
+def best_T_dynamic(alpha: float, kappa: float) -> tuple[int, float]:
+    """(T, ERUB) minimising the dynamic-schedule ERUB over integer T."""
+    return _argmin_T(erub_dynamic, alpha, kappa)
+
+
+def closed_form_T_uniform(alpha: float, kappa: float) -> int:
+    """Thm 3: ``T = ceil(ln(1 + ln(1/gamma)/alpha) / ln(1/gamma))`` (order-level)."""
+    _check_positive("alpha", alpha)
+    g = _rate(kappa)
+    if g == 0:
+        raise ValueError("closed_form_T_uniform needs kappa > 1 (gamma = 0 makes ln(1/gamma) infinite)")
+    lg = math.log(1 / g)
+    return math.ceil(math.log1p(lg / alpha) / lg)
+
+
+def closed_form_T_dynamic(alpha: float, kappa: float) -> int:
+    """Thm 4: ``T = ceil(2 kappa ln(1 + 1/(kappa alpha)))`` (order-level)."""
+    _check_positive("alpha", alpha)
+    _rate(kappa)
+    return math.ceil(2 * kappa * math.log1p(1 / (kappa * alpha)))
+
+
+# --------------------------------------------------------------------------------------
+# Decay families (spec §1.8, as in jyhong836/pytorch-dp): shape functions of the epoch e
+
+
+def time_decay(epoch: int | np.ndarray, sigma0: float, k: float) -> np.ndarray | float:
+    """``sigma_e = sigma0 / (1 + k e)``."""
+    return sigma0 / (1 + k * np.asarray(epoch, dtype=np.float64))
+
+
+def exp_decay(epoch: int | np.ndarray, sigma0: float, k: float) -> np.ndarray | float:
+    """``sigma_e = sigma0 exp(-k e)``."""
+    return sigma0 * np.exp(-k * np.asarray(epoch, dtype=np.float64))
+
+
+def step_decay(epoch: int | np.ndarray, sigma0: float, k: float, period: int) -> np.ndarray | float:
+    """``sigma_e = sigma0 k^floor(e/period)``."""
+    return sigma0 * k ** (np.asarray(epoch) // period)
+
+
+def poly_decay(
+    epoch: int | np.ndarray, sigma0: float, sigma_final: float, k: float, period: int
+) -> np.ndarray | float:
+    """``sigma_e = (sigma0 - sigma_final)(1 - e/period)^k + sigma_final``, e clamped to ``period``."""
+    e = np.minimum(np.asarray(epoch, dtype=np.float64), period)
+    return (sigma0 - sigma_final) * (1 - e / period) ** k + sigma_final
+
+
+def normalise_to_budget(shape: np.ndarray, R: float) -> np.ndarray:
+    """Scale a positive shape s_t to ``sigma_t = c s_t`` with ``sum_t 1/sigma_t^2 = R`` exactly
+    (``c^2 = (sum_t 1/s_t^2)/R``, spec §1.8 mode (i))."""
+    _check_positive("R", R)
+    s = np.asarray(shape, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("shape must be a non-empty 1-d array of positive finite numbers")
+    return s * math.sqrt((1 / s**2).sum() / R)
+
+
+def psgd_budget(R: float, sampling_rate: float, c: float = 1.0) -> float:
+    """Sigma-unit budget of PSGD (spec §1.2, §1.6): with per-step cost ``c p^2/sigma_t^2``,
+    ``sum_t c p^2/sigma_t^2 <= R`` iff ``sum_t 1/sigma_t^2 <= R' = R/(c p^2)`` (= R N^2/n^2 at c = 1).
+
+    This is the dissertation's book-keeping for batches drawn with replacement at rate
+    ``p = n/N`` (Yu et al.'s constant c omitted, i.e. c = 1; the reference code calibrates
+    c = 2 for Poisson batches); it is not a tight subsampled-Gaussian accountant."""
+    _check_positive("R", R)
+    _check_positive("c", c)
+    if not 0 < sampling_rate <= 1:
+        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate}")
+    return R / (c * sampling_rate**2)
+
+
+# --------------------------------------------------------------------------------------
+# Schedule objects used by trainers
+
+
+class NoiseSchedule(Protocol):
+    """What a trainer needs: sigma of step ``step`` (0-based) and the schedule's length."""
+
+    @property
+    def num_steps(self) -> int | None:
+        """Steps the schedule defines; None if it goes on until the budget runs out."""
+
+    def sigma(self, step: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class PredefinedSchedule:
+    """A fixed list of sigmas indexed by epoch ``e = step // steps_per_epoch``.
+
+    Also the container of the precomputed schedules (uniform, dynamic, normalised decays).
+    sigma = 0 is allowed (a non-private step, infinite cost)."""
+
+    sigmas: tuple[float, ...]
+    steps_per_epoch: int = 1
+
+    def __post_init__(self) -> None:
+        s = np.asarray(self.sigmas, dtype=np.float64)
+        if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise ValueError("sigmas must be a non-empty list of non-negative finite numbers")
+        if self.steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
+        object.__setattr__(self, "sigmas", tuple(float(v) for v in s))
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.sigmas) * self.steps_per_epoch
+
+    def sigma(self, step: int) -> float:
+        if not 0 <= step < self.num_steps:
+            raise IndexError(f"step {step} is outside this schedule's {self.num_steps} steps")
+        return self.sigmas[step // self.steps_per_epoch]
+
+
+@dataclass(frozen=True)
+class EpochDecaySchedule:
+    """``sigma = shape(e)`` with epoch ``e = step // steps_per_epoch``; unbounded length."""
+
+    shape: Callable[[int], float]
+    steps_per_epoch: int = 1
+
+    @property
+    def num_steps(self) -> None:
+        return None
+
+    def sigma(self, step: int) -> float:
+        if step < 0:
+            raise IndexError(f"step must be >= 0, got {step}")
+        return float(self.shape(step // self.steps_per_epoch))
+
+
+@dataclass
+class ValidationPlateauSchedule:
+    """Shrink sigma when validation accuracy plateaus (Lee & Kifer 2018, as in the reference code).
+
+    Call :meth:`record` after each validation. Every ``period`` validations (after the
+    first period), if ``mean(last m accs) - mean(the m accs one period earlier) < delta_v``
+    then ``sigma <- k * sigma``."""
+
+    sigma0: float
+    k: float
+    period: int = 10
+    m: int = 5
+    delta_v: float = 0.01
+    current: float = field(init=False)
+    accuracies: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _check_positive("sigma0", self.sigma0)
+        if not 0 < self.k <= 1:
+            raise ValueError(f"k (sigma multiplier on a plateau) must lie in (0, 1], got {self.k}")
+        if not 1 <= self.m <= self.period:
+            raise ValueError(f"need 1 <= m <= period, got m={self.m}, period={self.period}")
+        self.current = self.sigma0
+
+    @property
+    def num_steps(self) -> None:
+        return None
+
+    def sigma(self, step: int) -> float:
+        return self.current
+
+    def record(self, val_acc: float) -> None:
+        self.accuracies.append(float(val_acc))
+        n, p, m = len(self.accuracies), self.period, self.m
+        if n > p and n % p == 0:
+            recent = np.mean(self.accuracies[-m:])
+            earlier = np.mean(self.accuracies[n - p - m : n - p])
+            if recent - earlier < self.delta_v:
+                self.current *= self.k
+
+
+class BudgetExhaustedError(RuntimeError):
+    """A step was charged that the residual budget cannot pay for."""
+
+
+@dataclass
+class BudgetTracker:
+    """Residual budget of Alg. 2.1: a step with noise sigma costs ``cost_scale / sigma^2``
+    (cost_scale = c p^2 for PSGD, 1 for full batch); ``spent`` is in units of R.
+    ``budget=None`` only counts (every step is affordable)."""
+
+    budget: float | None
+    cost_scale: float = 1.0
+    spent: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.budget is not None:
+            _check_positive("budget", self.budget)
+        _check_positive("cost_scale", self.cost_scale)
+
+    @property
+    def residual(self) -> float:
+        return math.inf if self.budget is None else self.budget - self.spent
+
+    def cost(self, sigma: float) -> float:
+        if sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        return math.inf if sigma == 0 else self.cost_scale / sigma**2
+
+    def can_afford(self, sigma: float) -> bool:
+        """Alg. 2.1 line 2 (``rho_t <= R_t``, with float slack so exact schedules finish)."""
+        if self.budget is None:
+            return True
+        return self.cost(sigma) <= self.residual + _BUDGET_RTOL * self.budget
+
+    def spend(self, sigma: float) -> None:
+        """Alg. 2.1 line 3: ``R_{t+1} = R_t - rho_t``."""
+        if not self.can_afford(sigma):
+            raise BudgetExhaustedError(
+                f"a step with sigma={sigma} costs {self.cost(sigma):.6g} "
+                f"but only {self.residual:.6g} of the budget remains"
+            )
+        self.spent += self.cost(sigma)
+
+
+def budgeted_sigmas(
+    schedule: NoiseSchedule, tracker: BudgetTracker, max_steps: int | None = None
+) -> Iterator[float]:
+    """Alg. 2.1's loop: yield sigma_t after charging its cost; stop before the first step the
+    residual cannot pay for, at the schedule's end, or after ``max_steps``. Lazy, so a
+    stateful schedule sees the feedback given between steps."""
+    limits = [n for n in (schedule.num_steps, max_steps) if n is not None]
+    if not limits and tracker.budget is None:
+        raise ValueError("an unbounded schedule needs a budget or max_steps to stop")
+    limit = min(limits) if limits else None
+    step = 0
+    while limit is None or step < limit:
+        sigma = schedule.sigma(step)
+        if not tracker.can_afford(sigma):
+            return
+        tracker.spend(sigma)
+        yield sigma
+        step += 1
+
+
+def run_until_exhausted(
+    schedule: NoiseSchedule, R: float, cost_scale: float = 1.0, max_steps: int | None = None
+) -> np.ndarray:
+    """The sigmas of the steps a budget ``R`` pays for (spec §1.8 mode (ii))."""
+    return np.fromiter(budgeted_sigmas(schedule, BudgetTracker(R, cost_scale), max_steps), dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------------
+# Registry: make_schedule(name, **params)
+
+
+class ScheduleParams(BaseModel):
+    """Validated parameters of a named schedule; :meth:`build` makes the schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def build(self) -> NoiseSchedule:
+        raise NotImplementedError
+
+
+SCHEDULES: Registry[type[ScheduleParams]] = Registry("noise schedule")
+
+Budget = Annotated[float, Field(gt=0, allow_inf_nan=False, description="R = 2 rho_zCDP, sigma unit (R' for PSGD)")]
+Steps = Annotated[int, Field(ge=1, description="number of steps T")]
+Rate = Annotated[float, Field(gt=0, lt=1, description="convergence rate gamma = 1 - 1/kappa (Eq. 2.6)")]
+Sigma = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+@SCHEDULES.register("uniform", "sigma_t^2 = T/R (Thm 3)")
+class UniformParams(ScheduleParams):
+    R: Budget
+    T: Steps
+
+    def build(self) -> PredefinedSchedule:
+        return PredefinedSchedule(tuple(uniform_sigmas(self.R, self.T)))
+
+
+@SCHEDULES.register("dynamic", "GD-optimal exponentially decaying sigma_t (Thm 4, corrected)")
+class DynamicParams(ScheduleParams):
+    R: Budget
+    T: Steps
+    gamma: Rate
+
+    def build(self) -> PredefinedSchedule:
+        return PredefinedSchedule(tuple(gd_dynamic_sigmas(self.R, self.T, self.gamma)))
+
+
+@SCHEDULES.register("momentum_dynamic", "momentum-optimal sigma_t (Thm 7: Lemma 1 on q_i^mom)")
+class MomentumDynamicParams(ScheduleParams):
+    R: Budget
+    T: Steps
+    beta: float = Field(ge=0, lt=1, description="momentum beta of Eq. 2.3")
+    gamma: Rate
+
+    def build(self) -> PredefinedSchedule:
+        return PredefinedSchedule(tuple(momentum_dynamic_sigmas(self.R, self.T, self.beta, self.gamma)))
+
+
+class _DecayParams(ScheduleParams):
+    """Decay families: absolute sigmas (run until the budget is exhausted), or, with both
+    R and T, the shape over T steps normalised to spend exactly R."""
+
+    sigma0: float = Field(10.0, gt=0, allow_inf_nan=False, description="initial sigma")
+    steps_per_epoch: int = Field(1, ge=1, description="steps sharing one epoch index")
+    R: Budget | None = None  # with T: normalise the shape over T steps to spend exactly R
+    T: Steps | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> "_DecayParams":
+        if (self.R is None) != (self.T is None):
+            raise ValueError("give both R and T to normalise the schedule to the budget, or neither")
+        return self
+
+    def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        raise NotImplementedError
+
+    def build(self) -> NoiseSchedule:
+        shape = self.shape()
+        if self.R is None or self.T is None:
+            return EpochDecaySchedule(shape, self.steps_per_epoch)
+        epochs = np.arange(self.T) // self.steps_per_epoch
+        return PredefinedSchedule(tuple(normalise_to_budget(shape(epochs), self.R)))
+
+
+@SCHEDULES.register("time_decay", "sigma_e = sigma0 / (1 + k e)")
+class TimeDecayParams(_DecayParams):
+    k: float = Field(0.05, ge=0, allow_inf_nan=False)
+
+    def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        return partial(time_decay, sigma0=self.sigma0, k=self.k)
+
+
+@SCHEDULES.register("exp_decay", "sigma_e = sigma0 exp(-k e)")
+class ExpDecayParams(_DecayParams):
+    k: float = Field(0.01, ge=0, allow_inf_nan=False)
+
+    def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        return partial(exp_decay, sigma0=self.sigma0, k=self.k)
+
+
+@SCHEDULES.register("step_decay", "sigma_e = sigma0 k^floor(e/period)")
+class StepDecayParams(_DecayParams):
+    k: float = Field(0.6, gt=0, le=1)
+    period: int = Field(10, ge=1)
+
+    def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        return partial(step_decay, sigma0=self.sigma0, k=self.k, period=self.period)
+
+
+@SCHEDULES.register("poly_decay", "sigma_e = (sigma0 - sigma_final)(1 - e/period)^k + sigma_final")
+class PolyDecayParams(_DecayParams):
+    sigma_final: float = Field(2.0, gt=0, allow_inf_nan=False)
+    k: float = Field(3.0, gt=0, allow_inf_nan=False)
+    period: int = Field(100, ge=1)
+
+    def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        return partial(poly_decay, sigma0=self.sigma0, sigma_final=self.sigma_final, k=self.k, period=self.period)
+
+
+@SCHEDULES.register("validation", "sigma <- k sigma when validation accuracy plateaus")
+class ValidationParams(ScheduleParams):
+    sigma0: float = Field(10.0, gt=0, allow_inf_nan=False)
+    k: float = Field(gt=0, le=1, description="sigma multiplier on a plateau (pass it explicitly)")
+    period: int = Field(10, ge=1)
+    m: int = Field(5, ge=1)
+    delta_v: float = Field(0.01, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _window_fits(self) -> "ValidationParams":
+        if self.m > self.period:
+            raise ValueError(f"m ({self.m}) must not exceed period ({self.period})")
+        return self
+
+    def build(self) -> ValidationPlateauSchedule:
+        return ValidationPlateauSchedule(self.sigma0, self.k, self.period, self.m, self.delta_v)
+
+
+@SCHEDULES.register("predefined", "a given list of sigmas, one per epoch")
+class PredefinedParams(ScheduleParams):
+    sigmas: list[Sigma] = Field(min_length=1)
+    steps_per_epoch: int = Field(1, ge=1)
+
+    def build(self) -> PredefinedSchedule:
+        return PredefinedSchedule(tuple(self.sigmas), self.steps_per_epoch)
+
+
+def make_schedule(name: str, **params: float | int | list[float] | None) -> NoiseSchedule:
+    """Build a registered schedule; bad parameters raise a ValueError naming the field."""
+    try:
+        spec = SCHEDULES.get(name).model_validate(params)
+    except ValidationError as err:
+        raise ValueError(f"noise schedule '{name}': {format_validation_error(err)}") from None
+    return spec.build()

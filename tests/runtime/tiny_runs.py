@@ -1,0 +1,78 @@
+"""Tiny, fast run configs and helpers shared by the runtime tests."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedveil.config import RunConfig, validate
+from fedveil.runtime.run_dir import read_metrics
+
+BASE: dict[str, Any] = {
+    "seed": 0,
+    "data": {"name": "digits", "num_clients": 5},
+    "model": {"name": "linear"},
+    "algorithm": {"name": "fedavg"},
+    "client": {"batch_size": 32, "lr": 0.1},
+    "federation": {"rounds": 6, "clients_per_round": 3},
+    "checkpoint": {"every": 2},
+}
+
+WALL_CLOCK_KEYS = {"elapsed_s", "wall_time_s"}
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def tiny_raw(**sections: Any) -> dict[str, Any]:
+    return merge(BASE, sections)
+
+
+def tiny_config(**sections: Any) -> RunConfig:
+    return validate(tiny_raw(**sections))
+
+
+def without_wall_clock(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: without_wall_clock(v) for k, v in obj.items() if k not in WALL_CLOCK_KEYS}
+    if isinstance(obj, list):
+        return [without_wall_clock(v) for v in obj]
+    return obj
+
+
+def rows_of(run_dir: Path) -> list[dict[str, Any]]:
+    return read_metrics(Path(run_dir) / "metrics.jsonl")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def load_checkpoint(run_dir: Path) -> dict[str, Any]:
+    return torch.load(Path(run_dir) / "checkpoint.pt", weights_only=True)
+
+
+def assert_same_state(a: Any, b: Any, where: str = "state") -> None:
+    """Exact (bitwise) equality of nested checkpoint states, wall-clock entries ignored."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict), where
+        a_keys, b_keys = set(a) - WALL_CLOCK_KEYS, set(b) - WALL_CLOCK_KEYS
+        assert a_keys == b_keys, f"{where}: keys {sorted(map(str, a_keys))} != {sorted(map(str, b_keys))}"
+        for key in a_keys:
+            assert_same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), where
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where} differs"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
