@@ -17,6 +17,7 @@ from ..params import Params
 from ..registry import Registry
 
 if TYPE_CHECKING:  # annotations only: importing the runtime here would be circular
+    from ..privacy.dp_sgd import ExampleDP
     from ..runtime.local import LocalStats, LocalTrainer
 
 State = dict[str, Any]
@@ -48,6 +49,7 @@ class ClientTask:
     data: ClientData
     generator: torch.Generator
     trainer: LocalTrainer
+    dp: ExampleDP | None = None  # DP-SGD settings when privacy.level = "example"; pass to trainer.train
 
 
 @dataclass
@@ -66,6 +68,12 @@ class Algorithm:
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     has_personal_models: ClassVar[bool] = False
     has_global_model: ClassVar[bool] = True  # False: no shared model, so no global metrics are reported
+    # Example-level DP: every local training passes ``task.dp`` to the trainer, so all
+    # access to training data is private and accounted.
+    supports_example_dp: ClassVar[bool] = True
+    # Client-level DP: the message is only a model delta the server may clip, average
+    # uniformly and noise (FedAvg family); control variates or step counts would leak.
+    supports_client_dp: ClassVar[bool] = False
 
     def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
         self.hp = params

@@ -24,6 +24,7 @@ class FedAvg(Algorithm):
     """w <- w + eta_s * sum_k p_k (w_k - w), p_k = n_k / n (or 1/m with uniform weighting)."""
 
     Params = FedAvgParams
+    supports_client_dp = True
 
     def grad_hook(self, server_state: State, client_state: State | None) -> GradHook | None:
         """Subclasses add terms to the local gradient (FedProx, SCAFFOLD)."""
@@ -32,7 +33,7 @@ class FedAvg(Algorithm):
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = server_state["params"]
         new, stats = task.trainer.train(
-            start, task.data.train, task.generator, task.round, self.grad_hook(server_state, client_state)
+            start, task.data.train, task.generator, task.round, self.grad_hook(server_state, client_state), dp=task.dp
         )
         message = {"delta": P.sub(new, start), "num_examples": task.data.num_train, "steps": stats.steps}
         return ClientResult(message=message, state=client_state, stats=stats)

@@ -32,6 +32,8 @@ def step_weight(steps: int, momentum: float) -> float:
 class FedNova(FedAvg):
     """Normalised averaging (Wang et al. 2020); equals FedAvg when all a_i are equal."""
 
+    supports_client_dp = False  # its aggregate depends on each client's step count
+
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
         if not results:
             return server_state

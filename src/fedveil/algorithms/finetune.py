@@ -27,6 +27,7 @@ class FedAvgFT(FedAvg):
 
     Params = FedAvgFTParams
     has_personal_models = True
+    supports_example_dp = False  # fine-tuning at evaluation is not planned in the privacy budget yet
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
         start = self.global_params(server_state)

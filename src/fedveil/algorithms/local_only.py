@@ -25,7 +25,9 @@ class Local(Algorithm):
         return {"params": P.clone(server_state["params"])}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
-        new, stats = task.trainer.train(client_state["params"], task.data.train, task.generator, task.round)
+        new, stats = task.trainer.train(
+            client_state["params"], task.data.train, task.generator, task.round, dp=task.dp
+        )
         return ClientResult(message={}, state={"params": new}, stats=stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:

@@ -35,6 +35,7 @@ class Scaffold(FedAvg):
     """SCAFFOLD, Algorithm 1 (option II) of Karimireddy et al. 2020."""
 
     Params = ScaffoldParams
+    supports_client_dp = False  # control-variate deltas are released too
 
     def init_server(self, initial: P.Params) -> State:
         return {"params": initial, "control": P.zeros_like(initial)}

@@ -212,3 +212,25 @@ def _check_steps(n: int, steps: int) -> None:
         raise ValueError(f"cannot sample batches from {n} rows")
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+
+
+@dataclass
+class ExampleDP:
+    """One client's DP-SGD settings for a round of local training (spec 002 §1.2).
+
+    ``batch_size`` is ``B_k = min(B, n_k)``: the expected batch size of Poisson batches
+    (rate ``B_k / n_k``) or the fixed size of shuffled batches, and the denominator of
+    the privatised gradient either way. The trainer adds the steps it takes to
+    ``steps_taken`` so that the runtime records exactly what was released.
+    """
+
+    clip: float
+    noise_multiplier: float
+    sampling: str  # "poisson" | "shuffle"
+    batch_size: int
+    steps_taken: int = 0
+
+    def batches(self, num_rows: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        if self.sampling == "poisson":
+            return poisson_batches(num_rows, self.batch_size / num_rows, steps, generator)
+        return shuffled_batches(num_rows, self.batch_size, steps, generator)

@@ -18,6 +18,7 @@ from torch.func import functional_call
 from ..config import ClientConfig
 from ..data.arrays import ArrayDataset
 from ..params import Params
+from ..privacy.dp_sgd import ExampleDP, private_gradient
 
 GradHook = Callable[[Params, Params], Params]
 
@@ -56,10 +57,15 @@ class LocalTrainer:
             return c.lr * c.lr_decay**round_idx
         return 0.5 * c.lr * (1 + math.cos(math.pi * round_idx / self.total_rounds))  # cosine
 
-    def num_steps(self, num_rows: int) -> int:
+    def num_steps(self, num_rows: int, dp: ExampleDP | None = None) -> int:
+        """Local steps per round: ``steps`` if set, else ``epochs`` passes over the rows
+        (shuffled DP-SGD drops the last partial batch, so an epoch is ``n // B`` steps)."""
         if self.config.steps is not None:
             return self.config.steps
-        return self.config.epochs * math.ceil(num_rows / self._batch(num_rows))
+        batch = self._batch(num_rows)
+        if dp is not None and dp.sampling == "shuffle":
+            return self.config.epochs * (num_rows // batch)
+        return self.config.epochs * math.ceil(num_rows / batch)
 
     def _batch(self, num_rows: int) -> int:
         b = self.config.batch_size
@@ -92,14 +98,28 @@ class LocalTrainer:
         generator: torch.Generator,
         round_idx: int,
         grad_hook: GradHook | None = None,
+        dp: ExampleDP | None = None,
     ) -> tuple[Params, LocalStats]:
-        """Run local SGD (PyTorch semantics: g += wd*w; buf = m*buf + g; w -= lr*buf)."""
+        """Run local SGD (PyTorch semantics: g += wd*w; buf = m*buf + g; w -= lr*buf).
+
+        With ``dp`` each step's gradient is the DP-SGD estimate (clipped per-example
+        gradients, Gaussian noise, divided by the batch size); the algorithm's
+        ``grad_hook``, weight decay and momentum then act on it as post-processing.
+        """
         lr, c = self.lr_at(round_idx), self.config
         w = {k: v.detach().clone() for k, v in params.items()}
         momentum: Params | None = None
         losses, examples = [], 0
-        for idx in self.batch_indices(len(data), generator):
-            loss, g = self.loss_and_grad(w, data.x[idx], data.y[idx])
+        for idx in self._batches(len(data), generator, dp):
+            if dp is None:
+                loss, g = self.loss_and_grad(w, data.x[idx], data.y[idx])
+            else:
+                private = private_gradient(
+                    self.model, w, data.x[idx], data.y[idx], self.loss_fn, clip=dp.clip,
+                    noise_multiplier=dp.noise_multiplier, denominator=dp.batch_size, generator=generator,
+                )
+                loss, g = private.loss, private.grad
+                dp.steps_taken += 1
             if grad_hook is not None:
                 g = grad_hook(w, g)
             if c.weight_decay:
@@ -110,4 +130,11 @@ class LocalTrainer:
             w = {k: w[k] - lr * g[k] for k in w}
             losses.append(loss)
             examples += len(idx)
-        return w, LocalStats(loss=sum(losses) / len(losses), steps=len(losses), examples=examples)
+        seen = [x for x in losses if not math.isnan(x)]  # an empty Poisson batch has no loss
+        mean_loss = sum(seen) / len(seen) if seen else float("nan")
+        return w, LocalStats(loss=mean_loss, steps=len(losses), examples=examples)
+
+    def _batches(self, num_rows: int, generator: torch.Generator, dp: ExampleDP | None) -> Iterator[torch.Tensor]:
+        if dp is None:
+            return self.batch_indices(num_rows, generator)
+        return dp.batches(num_rows, self.num_steps(num_rows, dp), generator)

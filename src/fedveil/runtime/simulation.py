@@ -26,6 +26,7 @@ from ..params import Params
 from .callbacks import Callback
 from .executor import make_executor
 from .local import LocalTrainer, task_loss
+from .privacy_plan import RunPrivacy
 from .report import PARTITION_FILE, write_report
 from .round_metrics import RoundEvaluator
 from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint
@@ -58,6 +59,7 @@ class Simulation:
     algorithm: Algorithm
     trainer: LocalTrainer
     schedule: list[np.ndarray]
+    privacy: RunPrivacy | None = None
     callbacks: list[Callback] = field(default_factory=list)
 
     @classmethod
@@ -77,7 +79,10 @@ class Simulation:
         algorithm = alg_cls(config.algorithm.typed_params(), ctx)
         fed = config.federation
         schedule = client_schedule(data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed)
-        return cls(config, data, model, model_name, initial_params(model), algorithm, trainer, schedule, list(callbacks))
+        privacy = RunPrivacy.from_config(
+            config.privacy, data, trainer, model, algorithm, schedule, fed.sampling, fed.clients_per_round
+        )
+        return cls(config, data, model, model_name, initial_params(model), algorithm, trainer, schedule, privacy, list(callbacks))
 
     # ------------------------------------------------------------------ state
     def fresh_state(self) -> dict[str, Any]:
@@ -95,6 +100,7 @@ class Simulation:
             data=self.data.clients[cid],
             generator=torch_generator(self.config.seed, "train", round_idx, cid),
             trainer=self.trainer,
+            dp=None if self.privacy is None else self.privacy.task_dp(cid),
         )
 
     # ------------------------------------------------------------------- loop
@@ -106,16 +112,36 @@ class Simulation:
         for cid, result in zip(cohort, results):
             if result.state is not None:
                 state["clients"][cid] = result.state
-        state["server"] = self.algorithm.aggregate(state["server"], [(c, r.message) for c, r in zip(cohort, results)], round_idx)
+        for task, _ in jobs:
+            if task.dp is not None:
+                self.privacy.record_client(task.client_id, task.data.num_train, task.dp)
+        messages = [(c, r.message) for c, r in zip(cohort, results)]
+        facts = {}
+        if self.privacy is not None and self.privacy.server is not None:
+            state["server"], facts = self._client_level_update(state["server"], messages, round_idx)
+        else:
+            state["server"] = self.algorithm.aggregate(state["server"], messages, round_idx)
         state["round"] = round_idx + 1
         losses = [r.stats.loss for r in results if r.stats is not None]
         row: dict[str, Any] = {"round": round_idx + 1, "cohort_size": len(cohort), "lr": self.trainer.lr_at(round_idx)}
+        losses = [x for x in losses if not np.isnan(x)]
         if losses:
             row["train_loss"] = float(np.mean(losses))
+        if self.privacy is not None:
+            state["privacy"] = self.privacy.state_dict()
+            row.update(facts)
+            row.update(self.privacy.metrics())
         for r in results:
             for key, value in r.extra_metrics.items():
                 row.setdefault(key, []).append(value)
         return {k: float(np.mean(v)) if isinstance(v, list) else v for k, v in row.items()}
+
+    def _client_level_update(self, server_state, messages, round_idx: int):
+        """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
+        template = self.algorithm.global_params(server_state)
+        generator = torch_generator(self.config.seed, "client-dp", round_idx)
+        mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator)
+        return self.algorithm.server_update(server_state, mean), facts
 
     def evaluator(self) -> RoundEvaluator:
         ev = self.config.eval
@@ -129,6 +155,8 @@ class Simulation:
         if state is not None and state.get("fingerprint") != config_fingerprint(config_dict):
             raise RunDirError(f"checkpoint in '{out}' belongs to another config; start a new run")
         state = state or self.fresh_state()
+        if self.privacy is not None and "privacy" in state:
+            self.privacy.load_state_dict(state["privacy"])
         run_dir.write_json(PARTITION_FILE, self.partition_facts())
         rows = run_dir.keep_metrics_through(state["round"])
         return self._loop(run_dir, state, rows, config_dict)

@@ -15,7 +15,7 @@ from .evaluation import score_name
 if TYPE_CHECKING:
     from .simulation import Simulation
 
-RUN_KEYS = ("round", "cohort_size", "lr", "train_loss", "elapsed_s")
+RUN_KEYS = ("round", "cohort_size", "lr", "train_loss", "elapsed_s", "epsilon", "epsilon_per_client", "clip")
 
 
 def eval_metrics(row: dict[str, Any]) -> dict[str, Any]:
@@ -52,4 +52,5 @@ def build_summary(sim: "Simulation", rows: list[dict[str, Any]], wall_time_s: fl
         "final_round": final.get("round"),
         **eval_metrics(final),
         "best": best_round(evaluated, sim.data.task),
+        **(sim.privacy.summary() if sim.privacy is not None else {}),
     }
