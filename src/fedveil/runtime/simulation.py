@@ -131,10 +131,13 @@ class Simulation:
             state["privacy"] = self.privacy.state_dict()
             row.update(facts)
             row.update(self.privacy.metrics())
+        extra: dict[str, list[float]] = {}
         for r in results:
             for key, value in r.extra_metrics.items():
-                row.setdefault(key, []).append(value)
-        return {k: float(np.mean(v)) if isinstance(v, list) else v for k, v in row.items()}
+                extra.setdefault(key, []).append(value)
+        # average the clients' extra metrics only: epsilon_per_client is a list and stays one
+        row.update({k: float(np.mean(v)) for k, v in extra.items()})
+        return row
 
     def _client_level_update(self, server_state, messages, round_idx: int):
         """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
