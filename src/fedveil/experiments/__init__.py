@@ -1,5 +1,6 @@
 """Reproductions of the seed papers' experiments (``fedveil reproduce``)."""
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, write_results
 from . import fedavg_mnist  # noqa: F401  (registers)
+from . import dp_schedules  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]
