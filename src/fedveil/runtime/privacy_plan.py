@@ -121,21 +121,18 @@ class RunPrivacy:
             except ValueError as err:
                 raise ConfigError(f"privacy: {err}") from None
 
-    def _record_args(self, population: int) -> dict[str, Any]:
-        """The ledger's arguments for the sampling in use (the ledger fixes the accountant)."""
-        return {k: v for k, v in self._accounting_args(population).items() if k != "accountant"}
-
-    def _accounting_args(self, population: int) -> dict[str, Any]:
-        level_sampling = self.config.batch_sampling if self.config.level == "example" else self.population_sampling
-        args: dict[str, Any] = {"sampling": level_sampling, "accountant": self.config.accountant}
-        if level_sampling in ("fixed", "shuffle"):
+    def _sampling_args(self, population: int) -> dict[str, Any]:
+        """The sampling scheme in use, as the accountant and the ledger take it."""
+        sampling = self.config.batch_sampling if self.config.level == "example" else self.population_sampling
+        args: dict[str, Any] = {"sampling": sampling}
+        if sampling in ("fixed", "shuffle"):
             args["population_size"] = population
         return args
 
     def _noise_for(self, budget: float | None, rate: float, steps: int, population: int, who: str) -> tuple[float, float]:
         """Noise multiplier and planned epsilon for ``steps`` releases at sampling ``rate``."""
         cfg = self.config
-        args = self._accounting_args(population)
+        args = {**self._sampling_args(population), "accountant": cfg.accountant}
         if steps == 0:
             return cfg.noise_multiplier or 1.0, 0.0
         try:
@@ -167,7 +164,7 @@ class RunPrivacy:
             return
         plan = self.clients[cid]
         self.ledger.record_gaussian_steps(
-            cid, plan.noise_multiplier, plan.sample_rate, dp.steps_taken, **self._record_args(n)
+            cid, plan.noise_multiplier, plan.sample_rate, dp.steps_taken, **self._sampling_args(n)
         )
 
     def private_mean_update(self, updates: list[Params], template: Params, generator: torch.Generator) -> tuple[Params, dict]:
@@ -175,7 +172,7 @@ class RunPrivacy:
         assert self.server is not None
         mean, facts = self.server.noisy_mean(updates, template, generator)
         self.ledger.record_gaussian_steps(
-            POPULATION, self.server.noise_multiplier, self.population_rate, 1, **self._record_args(self.num_clients)
+            POPULATION, self.server.noise_multiplier, self.population_rate, 1, **self._sampling_args(self.num_clients)
         )
         return mean, facts
 

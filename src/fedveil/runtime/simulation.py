@@ -122,13 +122,11 @@ class Simulation:
         else:
             state["server"] = self.algorithm.aggregate(state["server"], messages, round_idx)
         state["round"] = round_idx + 1
-        losses = [r.stats.loss for r in results if r.stats is not None]
+        losses = [r.stats.loss for r in results if r.stats is not None and not np.isnan(r.stats.loss)]
         row: dict[str, Any] = {"round": round_idx + 1, "cohort_size": len(cohort), "lr": self.trainer.lr_at(round_idx)}
-        losses = [x for x in losses if not np.isnan(x)]
         if losses:
             row["train_loss"] = float(np.mean(losses))
         if self.privacy is not None:
-            state["privacy"] = self.privacy.state_dict()
             row.update(facts)
             row.update(self.privacy.metrics())
         extra: dict[str, list[float]] = {}
@@ -182,7 +180,7 @@ class Simulation:
             for cb in self.callbacks:
                 cb.on_round_end(row)
             if last or (every and (r + 1) % every == 0):
-                run_dir.save_checkpoint({**state, "fingerprint": config_fingerprint(config_dict)})
+                run_dir.save_checkpoint({**state, **self._privacy_state(), "fingerprint": config_fingerprint(config_dict)})
         if client_rows is None:  # resumed a finished run: score the final state again
             _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
         summary = build_summary(self, rows, state["elapsed_s"])
@@ -192,6 +190,10 @@ class Simulation:
         for cb in self.callbacks:
             cb.on_run_end(summary)
         return summary
+
+    def _privacy_state(self) -> dict[str, Any]:
+        """The ledger (and adaptive clip) for a checkpoint; serialised only when saving."""
+        return {} if self.privacy is None else {"privacy": self.privacy.state_dict()}
 
     def partition_facts(self) -> dict[str, Any]:
         """Client sizes (and label counts) of the partition, for ``partition.json``."""
