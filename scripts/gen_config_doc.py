@@ -1,6 +1,7 @@
 """Regenerate docs/config.md from the typed config models: `python scripts/gen_config_doc.py`."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
@@ -44,7 +45,7 @@ def _type_name(ann) -> str:
 
 def section(name: str, model: type[BaseModel]) -> list[str]:
     lines = [f"\n## `[{name}]`\n"] if name else ["\n## top level\n"]
-    doc = (model.__doc__ or "").strip()
+    doc = inspect.cleandoc(model.__doc__ or "")
     if doc and not doc.startswith("!"):
         lines.append(doc + "\n")
     lines += ["| field | type | default | meaning |", "|---|---|---|---|"]

@@ -131,6 +131,36 @@ class CheckpointConfig(_Section):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0 = only at the end")
 
 
+class NoiseScheduleConfig(_NamedComponent):
+    """How the noise multiplier changes over rounds (chapter-2 schedules, spec 000 §1.7).
+
+    The schedule gives only the shape; the run scales it so that the accountant spends
+    ``epsilon`` exactly by the last round (see docs/privacy.md). Its options go in the
+    same section, e.g. ``gamma`` for ``dynamic``, ``k`` for ``exp_decay``; ``R`` and
+    ``T`` are set by the run.
+    """
+
+    name: str = Field(
+        "constant", description="constant, or a noise schedule (uniform, dynamic, momentum_dynamic, *_decay, predefined); "
+        "its options go in the same section"
+    )
+
+    @model_validator(mode="after")
+    def _check_params(self) -> "NoiseScheduleConfig":
+        self.shape(2 if self.name != "predefined" else len(self.params_dict().get("sigmas") or [0]))
+        return self
+
+    def shape(self, rounds: int):
+        """The schedule's sigma shape over ``rounds`` rounds (ValueError on bad options)."""
+        from .privacy.schedules import round_shape
+        from .registry import UnknownNameError
+
+        try:
+            return round_shape(self.name, rounds, **self.params_dict())
+        except UnknownNameError as err:
+            raise ValueError(f"{err}, or constant") from None
+
+
 class PrivacyConfig(_Section):
     """Differential privacy of the run (DESIGN idea 3); ``level = "none"`` turns it off.
 
@@ -160,6 +190,9 @@ class PrivacyConfig(_Section):
     clip_count_noise: float | None = Field(
         None, gt=0.0, description="adaptive clip: noise std of the clipped-count (default: expected cohort / 20)"
     )
+    noise_schedule: NoiseScheduleConfig = Field(
+        default_factory=NoiseScheduleConfig, description="noise multiplier over rounds, scaled to spend epsilon"
+    )
 
     @model_validator(mode="after")
     def _budget_given(self) -> "PrivacyConfig":
@@ -174,6 +207,11 @@ class PrivacyConfig(_Section):
                 raise ValueError("client_epsilons must all be > 0")
         if self.adaptive_clip and self.level != "client":
             raise ValueError("adaptive_clip applies to level 'client' only")
+        if self.noise_schedule.name != "constant" and self.noise_multiplier is not None:
+            raise ValueError(
+                "noise_schedule scales its shape to spend the budget: give epsilon (or client_epsilons) "
+                "and drop noise_multiplier"
+            )
         return self
 
 
@@ -196,6 +234,11 @@ class RunConfig(_Section):
                 f"federation.clients_per_round={self.federation.clients_per_round} exceeds "
                 f"data.num_clients={self.data.num_clients}"
             )
+        if self.privacy.level != "none":
+            try:
+                self.privacy.noise_schedule.shape(self.federation.rounds)
+            except ValueError as err:
+                raise ValueError(f"privacy.noise_schedule: {err}") from None
         cohort_epsilons = self.privacy.client_epsilons
         if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:
             raise ValueError(

@@ -96,6 +96,8 @@ __all__ = [
     "PrivacyLedger",
     "epsilon",
     "calibrate_noise",
+    "calibrate_noise_schedule",
+    "schedule_epsilon",
     "gaussian_std",
     "gaussian_steps_release",
     "report_noisy_max_release",
@@ -687,9 +689,26 @@ def _calibrate(target, delta, q, steps, sampling, kind, population_size, drop_la
                 f"target epsilon {target} is unreachable: the extra releases alone cost epsilon={eps_extra:.6g} "
                 f"at delta={delta:g}, before any Gaussian step."
             )
-    # Bracket lo < hi with eps(lo) > target >= eps(hi): start at z = 1, step by factors of 4.
-    z = min(max(1.0, z_min), z_max)
+    return _solve_noise(eps_of, target, delta, z_min, z_max, rtol)
+
+
+def _solve_noise(
+    eps_of, target: float, delta: float, z_min: float, z_max: float, rtol: float,
+    start: float = 1.0, factor: float = 4.0,
+) -> float:
+    """Smallest ``z`` in ``[z_min, z_max]`` (up to ``rtol``) with ``eps_of(z) <= target``.
+
+    Brackets the root of the decreasing ``eps_of(z) - target`` from ``z = start`` by
+    steps of ``factor`` (squared after each step when ``factor < 4``, so a close
+    initial guess costs few evaluations and a poor one still brackets quickly), then
+    :func:`_shrink_bracket`.
+    """
+    z = min(max(start, z_min), z_max)
     e = eps_of(z)
+
+    def widen(f: float) -> float:
+        return f if f >= 4.0 else f * f
+
     if e <= target:
         hi, e_hi = z, e
         while True:
@@ -698,11 +717,12 @@ def _calibrate(target, delta, q, steps, sampling, kind, population_size, drop_la
                     f"target epsilon {target} is met even by noise_multiplier={z_min:g}; the target is too loose "
                     "to calibrate against (lower min_noise_multiplier if this is intended)."
                 )
-            lo = max(hi / 4.0, z_min)
+            lo = max(hi / factor, z_min)
             e_lo = eps_of(lo)
             if e_lo > target:
                 break
             hi, e_hi = lo, e_lo
+            factor = widen(factor)
     else:
         lo, e_lo = z, e
         while True:
@@ -711,11 +731,12 @@ def _calibrate(target, delta, q, steps, sampling, kind, population_size, drop_la
                     f"target epsilon {target} is unreachable: even noise_multiplier={z_max:g} gives epsilon="
                     f"{e_lo:.6g} at delta={delta:g}."
                 )
-            hi = min(lo * 4.0, z_max)
+            hi = min(lo * factor, z_max)
             e_hi = eps_of(hi)
             if e_hi <= target:
                 break
             lo, e_lo = hi, e_hi
+            factor = widen(factor)
     return _shrink_bracket(eps_of, target, lo, e_lo, hi, e_hi, rtol)
 
 
@@ -753,6 +774,119 @@ def _shrink_bracket(eps_of, target: float, lo: float, e_lo: float, hi: float, e_
                 fb *= 0.5
             side = 1
     return math.exp(b) if b < math.log(hi) else hi
+
+
+def _schedule_releases(
+    noise_multipliers: np.ndarray, q: float, steps: int, sampling: str, population_size, drop_last: bool
+) -> list[Release]:
+    """One Release per distinct noise multiplier, its count the entries sharing it.
+
+    Entry ``t`` is ``steps`` steps at ``noise_multipliers[t]``; for ``"shuffle"`` every
+    entry starts a fresh permutation, so each costs ``shuffle_epochs(steps)`` Gaussians.
+    """
+    values, counts = np.unique(noise_multipliers, return_counts=True)
+    releases = []
+    for z, count in zip(values, counts):
+        one = gaussian_steps_release(float(z), q, steps, sampling, population_size=population_size, drop_last=drop_last)
+        releases.append(dataclasses.replace(one, count=one.count * int(count)))
+    return releases
+
+
+def _check_schedule(name: str, values: Any) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be a non-empty 1-d sequence of positive finite numbers.")
+    return arr
+
+
+def schedule_epsilon(
+    noise_multipliers: Sequence[float],
+    sample_rate: float,
+    delta: float,
+    steps_per_entry: int = 1,
+    sampling: str = "poisson",
+    accountant: str = "rdp",
+    *,
+    population_size: int | None = None,
+    drop_last: bool = True,
+    orders: Sequence[float] | None = None,
+    value_discretization_interval: float = 1e-4,
+) -> float:
+    """Epsilon of a noise schedule: entry ``t`` is ``steps_per_entry`` subsampled-Gaussian
+    steps with noise multiplier ``noise_multipliers[t]`` (e.g. one entry per round)."""
+    zs = _check_schedule("noise_multipliers", noise_multipliers)
+    q = _check_sample_rate(sample_rate)
+    steps = _check_int("steps_per_entry", steps_per_entry, minimum=1)
+    sampling = _check_sampling(sampling)
+    if population_size is not None:
+        population_size = _check_int("population_size", population_size, minimum=1)
+    releases = _schedule_releases(zs, q, steps, sampling, population_size, bool(drop_last))
+    return _epsilon_of(
+        releases, _check_delta(delta), _check_accountant(accountant), _check_orders(orders),
+        _check_vdi(value_discretization_interval),
+    )
+
+
+def calibrate_noise_schedule(
+    shape: Sequence[float],
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps_per_entry: int = 1,
+    sampling: str = "poisson",
+    accountant: str = "rdp",
+    *,
+    population_size: int | None = None,
+    drop_last: bool = True,
+    orders: Sequence[float] | None = None,
+    value_discretization_interval: float = 1e-4,
+    rtol: float = 1e-4,
+    max_noise_multiplier: float = 1e6,
+    min_noise_multiplier: float = 1e-3,
+) -> np.ndarray:
+    """Noise multipliers ``z_t = s * shape_t / min(shape)`` with the smallest scale ``s``
+    whose :func:`schedule_epsilon` is <= ``target_epsilon``.
+
+    The schedule's *shape* (e.g. a chapter-2 dynamic schedule, decaying over rounds)
+    is kept and the accountant of the sampling actually used decides its overall
+    level, so the budget is spent exactly by the last entry (spec 000 §1.8 mode (i),
+    with a tight subsampled-Gaussian accountant in place of the zCDP sum).
+    ``min_noise_multiplier`` / ``max_noise_multiplier`` bound the smallest entry ``s``.
+
+    Each distinct value costs one accountant evaluation per trial scale (about 0.2 s
+    for RDP, 0.7 s for PLD), so quantise long shapes first
+    (:func:`fedveil.privacy.schedules.quantise_shape`).  The search starts from the
+    constant schedule of the same total Gaussian cost (``1/z^2`` averaged), which
+    is exact for unsampled Gaussians and close for subsampled ones.
+    """
+    base = _check_schedule("shape", shape)
+    base = base / base.min()
+    target = _check_positive("target_epsilon", target_epsilon)
+    delta = _check_delta(delta)
+    q = _check_sample_rate(sample_rate)
+    steps = _check_int("steps_per_entry", steps_per_entry, minimum=1)
+    sampling = _check_sampling(sampling)
+    kind = _check_accountant(accountant)
+    orders_t = _check_orders(orders)
+    vdi = _check_vdi(value_discretization_interval)
+    rtol = _check_positive("rtol", rtol)
+    z_max = _check_positive("max_noise_multiplier", max_noise_multiplier)
+    z_min = _check_positive("min_noise_multiplier", min_noise_multiplier)
+    if z_min >= z_max:
+        raise ValueError("min_noise_multiplier must be smaller than max_noise_multiplier.")
+    if population_size is not None:
+        population_size = _check_int("population_size", population_size, minimum=1)
+
+    def eps_of(scale: float) -> float:
+        releases = _schedule_releases(scale * base, q, steps, sampling, population_size, bool(drop_last))
+        return _epsilon_of(releases, delta, kind, orders_t, vdi)
+
+    total_steps = base.size * steps
+    constant = _calibrate_cached(target, delta, q, total_steps, sampling, kind, population_size, bool(drop_last),
+                                 orders_t, vdi, rtol, z_max, z_min)
+    guess = constant * math.sqrt(np.mean(base**-2.0))
+    scale = _solve_noise(eps_of, target, delta, z_min, z_max, rtol, start=guess, factor=1.02)
+    return scale * base
 
 
 def gaussian_std(noise_multiplier: float, clip: float, cohort_size: int) -> float:

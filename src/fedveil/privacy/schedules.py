@@ -535,3 +535,64 @@ def make_schedule(name: str, **params: float | int | list[float] | None) -> Nois
     except ValidationError as err:
         raise ValueError(f"noise schedule '{name}': {format_validation_error(err)}") from None
     return spec.build()
+
+
+# --------------------------------------------------------------------------------------
+# Schedules over the rounds of a federated run
+
+
+#: Schedules whose sigma depends on feedback during training: their noise cannot be
+#: planned (and calibrated) before a run starts.
+ADAPTIVE_SCHEDULES = frozenset({"validation"})
+#: Schedules whose length and budget the run sets (``R`` is irrelevant: only the shape is used).
+_RUN_SETS = ("R", "T")
+
+
+def round_shape(name: str, rounds: int, **options: float | int | list[float]) -> np.ndarray:
+    """The shape of sigma over ``rounds`` rounds for schedule ``name`` (one entry per round).
+
+    Only the shape matters: a run scales it so that its accountant spends the budget
+    exactly by the last round (:func:`fedveil.privacy.calibrate_noise_schedule`).
+    ``R`` and ``T`` are set by the run; the decay families use their normalised form.
+    ``"constant"`` is the uniform schedule.
+    """
+    _check_steps(rounds)
+    given = sorted(set(options) & set(_RUN_SETS))
+    if given:
+        raise ValueError(f"noise schedule '{name}': the run sets R and T (budget and rounds); drop {', '.join(given)}")
+    if name in ADAPTIVE_SCHEDULES:
+        raise ValueError(
+            f"noise schedule '{name}' reacts to validation accuracy during training, so its noise cannot be "
+            "planned and accounted before the run; use it with fedveil.privacy.train_dp_gd"
+        )
+    if name == "constant":
+        if options:
+            raise ValueError(f"noise schedule 'constant' takes no options, got {sorted(options)}")
+        return np.ones(rounds)
+    takes_budget = "R" in SCHEDULES.get(name).model_fields
+    schedule = make_schedule(name, **options, **({"R": 1.0, "T": rounds} if takes_budget else {}))
+    if schedule.num_steps is not None and schedule.num_steps < rounds:
+        raise ValueError(f"noise schedule '{name}' defines {schedule.num_steps} rounds, fewer than the run's {rounds}")
+    shape = np.array([schedule.sigma(r) for r in range(rounds)])
+    if np.any(shape <= 0):
+        raise ValueError(f"noise schedule '{name}' has a zero sigma (a non-private round); every round must be noised")
+    return shape
+
+
+def quantise_shape(shape: np.ndarray, levels: int = 8) -> np.ndarray:
+    """Round a positive shape to at most ``levels`` values, geometrically spaced between its
+    min and max (nearest in log scale); a shape with at most ``levels`` distinct values is
+    returned as it is. An accountant pays per distinct noise multiplier, so this bounds
+    the cost of calibrating and recording a long schedule."""
+    s = np.asarray(shape, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("shape must be a non-empty 1-d array of positive finite numbers")
+    if levels < 1:
+        raise ValueError(f"levels must be >= 1, got {levels}")
+    if len(np.unique(s)) <= levels:
+        return s.copy()
+    lo, hi = math.log(s.min()), math.log(s.max())
+    if levels == 1:
+        return np.full(s.size, math.exp(0.5 * (lo + hi)))
+    step = (hi - lo) / (levels - 1)
+    return np.exp(lo + np.round((np.log(s) - lo) / step) * step)

@@ -4,7 +4,9 @@ The client schedule is generated from the seed before round 1, so the number of 
 steps each client (example level) or the population (client level) will take is known
 in advance. The plan calibrates the noise to spend the budget exactly by the last
 round, or, with a fixed ``noise_multiplier``, refuses to start when the plan would spend
-more than the configured ``epsilon``. During the run every release is recorded in a
+more than the configured ``epsilon``. A ``noise_schedule`` (chapter 2) shapes the noise
+multiplier over rounds: round ``r`` uses ``z * shape[r]`` (``min(shape) = 1``), and ``z``
+is calibrated with the accountant composing the rounds' different Gaussians. During the run every release is recorded in a
 :class:`PrivacyLedger` with the sampling scheme actually used, and the epsilon spent so
 far goes into every metrics row.
 """
@@ -22,13 +24,16 @@ from ..algorithms.base import Algorithm
 from ..config import ConfigError, PrivacyConfig
 from ..data.federated import FederatedDataset
 from ..params import Params
-from ..privacy.accounting import PrivacyLedger, calibrate_noise, epsilon
+from ..privacy.accounting import PrivacyLedger, calibrate_noise, calibrate_noise_schedule, epsilon, schedule_epsilon
 from ..privacy.client_dp import ClientLevelDP, update_noise_multiplier
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
+from ..privacy.schedules import quantise_shape
 from .local import LocalTrainer
 
 POPULATION = PrivacyLedger.POPULATION
 PER_CLIENT_METRICS_LIMIT = 100  # metrics rows list per-client epsilons up to this many clients
+SCHEDULE_LEVELS = 8  # distinct noise multipliers a schedule is quantised to (accounting cost is per level)
+SCHEDULE_RTOL = 1e-3  # calibration tolerance of a scheduled noise scale
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class ClientPlan:
     sample_rate: float
     steps_per_round: int
     total_steps: int  # accounted steps over the whole run
-    noise_multiplier: float
+    noise_multiplier: float  # at shape 1 (every round without a noise schedule)
     planned_epsilon: float
     budget: float | None
 
@@ -49,8 +54,10 @@ class RunPrivacy:
     config: PrivacyConfig
     ledger: PrivacyLedger
     num_clients: int
+    shape: np.ndarray  # noise multiplier of round r is z * shape[r]; all ones without a schedule
     clients: dict[int, ClientPlan] = field(default_factory=dict)  # example level
     server: ClientLevelDP | None = None  # client level
+    population_noise: float = 0.0  # client level: z at shape 1
     population_rate: float = 0.0
     population_sampling: str = "poisson"
     planned_epsilon: float = 0.0
@@ -64,7 +71,10 @@ class RunPrivacy:
         """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable."""
         if cfg.level == "none":
             return None
-        run = cls(cfg, PrivacyLedger(cfg.accountant), data.num_clients)
+        shape = cfg.noise_schedule.shape(len(schedule))
+        if cfg.noise_schedule.name != "constant":
+            shape = quantise_shape(shape, SCHEDULE_LEVELS)
+        run = cls(cfg, PrivacyLedger(cfg.accountant), data.num_clients, shape / shape.min())
         if cfg.level == "example":
             run._plan_example_level(data, trainer, model, algorithm, schedule)
         else:
@@ -80,9 +90,10 @@ class RunPrivacy:
             check_model_for_dp(model)
         except ValueError as err:
             raise ConfigError(f"privacy.level: {err}") from None
-        participations = np.zeros(data.num_clients, dtype=int)
-        for cohort in schedule:
-            participations[np.asarray(cohort, dtype=int)] += 1
+        rounds_of: list[list[int]] = [[] for _ in range(data.num_clients)]
+        for r, cohort in enumerate(schedule):
+            for cid in np.asarray(cohort, dtype=int):
+                rounds_of[cid].append(r)
         for cid, client in enumerate(data.clients):
             n = client.num_train
             batch = n if trainer.config.batch_size == 0 else min(trainer.config.batch_size, n)
@@ -95,9 +106,9 @@ class RunPrivacy:
                 steps_round_accounted = math.ceil(steps_round / per_epoch) * per_epoch
             else:
                 steps_round_accounted = steps_round
-            total = int(participations[cid]) * steps_round_accounted
+            total = len(rounds_of[cid]) * steps_round_accounted
             budget = cfg.client_epsilons[cid] if cfg.client_epsilons is not None else cfg.epsilon
-            z, planned = self._noise_for(budget, batch / n, total, n, f"client {cid}")
+            z, planned = self._noise_for(budget, batch / n, steps_round_accounted, rounds_of[cid], n, f"client {cid}")
             self.clients[cid] = ClientPlan(batch, batch / n, steps_round, total, z, planned, budget)
 
     def _plan_client_level(self, algorithm, rounds: int, sampling: str, cohort: int, num_clients: int) -> None:
@@ -109,7 +120,8 @@ class RunPrivacy:
             )
         self.population_rate = cohort / num_clients
         self.population_sampling = "poisson" if sampling == "poisson" else "fixed"
-        z, self.planned_epsilon = self._noise_for(cfg.epsilon, self.population_rate, rounds, num_clients, "the population")
+        z, self.planned_epsilon = self._noise_for(cfg.epsilon, self.population_rate, 1, list(range(rounds)), num_clients, "the population")
+        self.population_noise = z
         count_noise = cfg.clip_count_noise if cfg.clip_count_noise is not None else cohort / 20
         self.server = ClientLevelDP(
             noise_multiplier=z, clip=cfg.clip, expected_cohort=float(cohort), adaptive=cfg.adaptive_clip,
@@ -129,18 +141,25 @@ class RunPrivacy:
             args["population_size"] = population
         return args
 
-    def _noise_for(self, budget: float | None, rate: float, steps: int, population: int, who: str) -> tuple[float, float]:
-        """Noise multiplier and planned epsilon for ``steps`` releases at sampling ``rate``."""
+    def _noise_for(
+        self, budget: float | None, rate: float, steps_per_round: int, rounds: list[int], population: int, who: str
+    ) -> tuple[float, float]:
+        """Noise multiplier (at shape 1) and planned epsilon for ``steps_per_round`` releases
+        at sampling ``rate`` in each of ``rounds``."""
         cfg = self.config
         args = {**self._sampling_args(population), "accountant": cfg.accountant}
+        steps = steps_per_round * len(rounds)
         if steps == 0:
             return cfg.noise_multiplier or 1.0, 0.0
         try:
-            if cfg.noise_multiplier is None:
-                z = calibrate_noise(budget, cfg.delta, rate, steps, **args)
+            if cfg.noise_schedule.name != "constant":
+                shape = self.shape[rounds]
+                zs = calibrate_noise_schedule(shape, budget, cfg.delta, rate, steps_per_round, rtol=SCHEDULE_RTOL, **args)
+                z = float(zs[0] / shape[0])
+                planned = schedule_epsilon(zs, rate, cfg.delta, steps_per_round, **args)
             else:
-                z = cfg.noise_multiplier
-            planned = epsilon(z, rate, steps, cfg.delta, **args)
+                z = cfg.noise_multiplier if cfg.noise_multiplier is not None else calibrate_noise(budget, cfg.delta, rate, steps, **args)
+                planned = epsilon(z, rate, steps, cfg.delta, **args)
         except ValueError as err:
             raise ConfigError(f"privacy: {who}: {err}") from None
         if budget is not None and planned > budget * (1 + 1e-9):
@@ -152,29 +171,39 @@ class RunPrivacy:
         return z, planned
 
     # -------------------------------------------------------------- during the run
-    def task_dp(self, cid: int) -> ExampleDP | None:
+    def task_dp(self, cid: int, round_idx: int) -> ExampleDP | None:
         plan = self.clients.get(cid)
         if plan is None:
             return None
-        return ExampleDP(self.config.clip, plan.noise_multiplier, self.config.batch_sampling, plan.batch_size)
+        z = plan.noise_multiplier * float(self.shape[round_idx])
+        return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size)
 
     def record_client(self, cid: int, n: int, dp: ExampleDP) -> None:
-        """Account the DP-SGD steps client ``cid`` just took."""
+        """Account the DP-SGD steps client ``cid`` just took, at the noise it used."""
         if dp.steps_taken == 0:
             return
         plan = self.clients[cid]
         self.ledger.record_gaussian_steps(
-            cid, plan.noise_multiplier, plan.sample_rate, dp.steps_taken, **self._sampling_args(n)
+            cid, dp.noise_multiplier, plan.sample_rate, dp.steps_taken, **self._sampling_args(n)
         )
 
-    def private_mean_update(self, updates: list[Params], template: Params, generator: torch.Generator) -> tuple[Params, dict]:
+    def private_mean_update(
+        self, updates: list[Params], template: Params, generator: torch.Generator, round_idx: int
+    ) -> tuple[Params, dict]:
         """Client level: the clipped, noised, uniformly averaged update; accounts the round."""
         assert self.server is not None
+        self.server.noise_multiplier = self.population_noise * float(self.shape[round_idx])
         mean, facts = self.server.noisy_mean(updates, template, generator)
+        if self.scheduled:
+            facts["noise_multiplier"] = self.server.noise_multiplier
         self.ledger.record_gaussian_steps(
             POPULATION, self.server.noise_multiplier, self.population_rate, 1, **self._sampling_args(self.num_clients)
         )
         return mean, facts
+
+    @property
+    def scheduled(self) -> bool:
+        return self.config.noise_schedule.name != "constant"
 
     def spent(self) -> dict[Any, float]:
         return self.ledger.epsilons(self.config.delta)
@@ -201,9 +230,12 @@ class RunPrivacy:
             out["planned_epsilon_per_client"] = [self.clients[c].planned_epsilon for c in range(self.num_clients)]
         else:
             assert self.server is not None
-            out["noise_multiplier"] = self.server.noise_multiplier
+            out["noise_multiplier"] = self.population_noise
             out["planned_epsilon"] = self.planned_epsilon
             out["final_clip"] = self.server.clip
+        if self.scheduled:
+            out["noise_schedule"] = self.config.noise_schedule.name
+            out["noise_shape"] = self.shape.tolist()
         return out
 
     def state_dict(self) -> dict[str, Any]:

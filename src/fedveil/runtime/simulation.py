@@ -100,7 +100,7 @@ class Simulation:
             data=self.data.clients[cid],
             generator=torch_generator(self.config.seed, "train", round_idx, cid),
             trainer=self.trainer,
-            dp=None if self.privacy is None else self.privacy.task_dp(cid),
+            dp=None if self.privacy is None else self.privacy.task_dp(cid, round_idx),
         )
 
     # ------------------------------------------------------------------- loop
@@ -141,7 +141,7 @@ class Simulation:
         """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
         template = self.algorithm.global_params(server_state)
         generator = torch_generator(self.config.seed, "client-dp", round_idx)
-        mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator)
+        mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator, round_idx)
         return self.algorithm.server_update(server_state, mean), facts
 
     def evaluator(self) -> RoundEvaluator:
