@@ -217,7 +217,9 @@ class PrivacyConfig(_Section):
 
 class RunConfig(_Section):
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
-    executor: Literal["serial"] = Field("serial", description="how a round's cohort is trained")
+    executor: Literal["serial", "vectorized"] = Field(
+        "serial", description="how a round's cohort is trained: one client after another, or stacked (fast)"
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

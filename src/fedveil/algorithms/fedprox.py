@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from .. import params as P
+from ..engine.grad_terms import AffineGradTerm
 from .base import ALGORITHMS, State
 from .fedavg import FedAvg, FedAvgParams
 
@@ -28,5 +30,6 @@ class FedProx(FedAvg):
     Params = FedProxParams
 
     def grad_hook(self, server_state: State, client_state: State | None) -> GradHook:
-        anchor, mu = server_state["params"], self.hp.mu
-        return lambda w, g: {k: g[k] + mu * (w[k] - anchor[k]) for k in g}
+        """mu (w - w^t) = mu w - mu w^t, affine in w so the vectorized executor can stack it."""
+        mu = self.hp.mu
+        return AffineGradTerm(mu, P.scale(server_state["params"], -mu))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from .. import params as P
+from ..engine.grad_terms import AffineGradTerm
 from .base import ALGORITHMS, AlgorithmParams, ClientResult, ClientTask, State
 from .fedavg import FedAvg
 
@@ -45,7 +46,7 @@ class Scaffold(FedAvg):
 
     def grad_hook(self, server_state: State, client_state: State | None) -> GradHook:
         correction = P.sub(server_state["control"], client_state["control"])  # c - c_i
-        return lambda w, g: P.add(g, correction)
+        return AffineGradTerm(0.0, correction)
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         result = super().client_update(server_state, client_state, task)

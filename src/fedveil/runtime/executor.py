@@ -1,4 +1,5 @@
-"""Executors run one round's cohort of client updates. ``serial`` is the readable reference."""
+"""Executors run one round's cohort of client updates. ``serial`` is the readable reference;
+``vectorized`` stacks the cohort's local training (:mod:`fedveil.runtime.vectorized`)."""
 from __future__ import annotations
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
@@ -15,7 +16,14 @@ class SerialExecutor:
         return [algorithm.client_update(server_state, client_state, task) for task, client_state in jobs]
 
 
-def make_executor(name: str) -> SerialExecutor:
+EXECUTORS = ("serial", "vectorized")
+
+
+def make_executor(name: str):
     if name == "serial":
         return SerialExecutor()
-    raise ValueError(f"unknown executor '{name}'; available: serial")
+    if name == "vectorized":
+        from .vectorized import VectorizedExecutor
+
+        return VectorizedExecutor()
+    raise ValueError(f"unknown executor '{name}'; available: {', '.join(EXECUTORS)}")

@@ -61,6 +61,11 @@ class Simulation:
     schedule: list[np.ndarray]
     privacy: RunPrivacy | None = None
     callbacks: list[Callback] = field(default_factory=list)
+    executor: Any = None  # built from config.executor on first use
+
+    def __post_init__(self) -> None:
+        if self.executor is None:
+            self.executor = make_executor(self.config.executor)
 
     @classmethod
     def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
@@ -108,7 +113,7 @@ class Simulation:
         """Run round ``round_idx`` (0-based) in place on ``state``; return its training stats."""
         cohort = [int(c) for c in self.schedule[round_idx]]
         jobs = [(self.task(cid, round_idx), self.client_state(state, cid)) for cid in cohort]
-        results = make_executor(self.config.executor).run_cohort(self.algorithm, state["server"], jobs)
+        results = self.executor.run_cohort(self.algorithm, state["server"], jobs)
         for cid, result in zip(cohort, results):
             if result.state is not None:
                 state["clients"][cid] = result.state

@@ -1,0 +1,30 @@
+"""Gradient terms algorithms add to the local gradient, in a form the engine can stack.
+
+Most methods add an affine function of the weights: FedProx ``mu (w - w_g)``,
+SCAFFOLD ``c - c_i``, Ditto and MR-MTL ``lambda (w - w_ref)``. Written as
+:class:`AffineGradTerm` they run on K clients at once; any other callable
+``(w, g) -> g`` still works, applied client by client.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..params import Params
+
+
+@dataclass(frozen=True)
+class AffineGradTerm:
+    """``g + scale * w + offset`` (``offset`` may name a subset of the parameters)."""
+
+    scale: float = 0.0
+    offset: Params | None = None
+
+    def __call__(self, w: Params, g: Params) -> Params:
+        out = {}
+        for k, v in g.items():
+            if self.scale:
+                v = v + self.scale * w[k]
+            if self.offset is not None and k in self.offset:
+                v = v + self.offset[k]
+            out[k] = v
+        return out

@@ -1,0 +1,165 @@
+"""One forward pass for K copies of a model with different parameters (DESIGN idea 4).
+
+The model is traced once with ``torch.fx``; the traced graph is then run with
+*stacked* parameters (``{name: (K, *shape)}``) on a *merged* batch (``(K * B, ...)``,
+client-major: rows ``k*B .. k*B+B-1`` belong to client ``k``). Parameter-free
+operations (activations, pooling, flatten, views on the batch dimension) run as they
+are on the merged batch; every layer with parameters is replaced by a batched kernel:
+
+* ``Linear``: one ``baddbmm`` over the K clients;
+* ``Conv2d``: one grouped convolution (the K clients' channels side by side,
+  ``groups = K * groups``);
+* ``GroupNorm`` / ``LayerNorm``: the normalisation on the merged batch, then the
+  per-client affine transform;
+* ``Embedding``: one lookup in the K tables laid end to end.
+
+A model with any other parametric layer, or one that reads its parameters outside
+its modules, raises :class:`UnsupportedModelError`; callers fall back to training
+those clients one by one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from ..params import Params
+
+Stacked = dict[str, torch.Tensor]  # parameter name -> (K, *shape)
+
+
+class UnsupportedModelError(ValueError):
+    """The model cannot be run stacked; the message says which layer and why."""
+
+
+def _linear(m: nn.Linear, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
+    rows = x.reshape(k, -1, m.in_features)
+    w = p["weight"].transpose(1, 2)
+    out = torch.baddbmm(p["bias"].unsqueeze(1), rows, w) if "bias" in p else torch.bmm(rows, w)
+    return out.reshape(*x.shape[:-1], m.out_features), x
+
+
+def _conv2d(m: nn.Conv2d, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
+    if m.padding_mode != "zeros":
+        raise UnsupportedModelError(f"Conv2d with padding_mode={m.padding_mode!r}")
+    b = x.shape[0] // k
+    side = x.reshape(k, b, *x.shape[1:]).transpose(0, 1).reshape(b, k * m.in_channels, *x.shape[2:])
+    weight = p["weight"].reshape(k * m.out_channels, *p["weight"].shape[2:])
+    bias = p["bias"].reshape(-1) if "bias" in p else None
+    out = F.conv2d(side, weight, bias, m.stride, m.padding, m.dilation, k * m.groups)
+    merged = out.reshape(b, k, m.out_channels, *out.shape[2:]).transpose(0, 1)
+    return merged.reshape(k * b, m.out_channels, *out.shape[2:]), x
+
+
+def _group_norm(m: nn.GroupNorm, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
+    normed = F.group_norm(x, m.num_groups, None, None, m.eps)
+    view = (k, 1, m.num_channels) + (1,) * (x.dim() - 2)
+    out = normed.reshape(k, -1, *x.shape[1:]) * p["weight"].reshape(view) + p["bias"].reshape(view)
+    return out.reshape(x.shape), normed
+
+
+def _layer_norm(m: nn.LayerNorm, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
+    normed = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
+    shape = tuple(m.normalized_shape)
+    rows = normed.reshape(k, -1, *shape) * p["weight"].unsqueeze(1)
+    if "bias" in p:
+        rows = rows + p["bias"].unsqueeze(1)
+    return rows.reshape(x.shape), normed
+
+
+def _embedding(m: nn.Embedding, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
+    if m.padding_idx is not None or m.max_norm is not None:
+        raise UnsupportedModelError("Embedding with padding_idx or max_norm")
+    offsets = torch.arange(k, device=x.device).reshape(k, *([1] * x.dim())) * m.num_embeddings
+    flat = (x.reshape(k, -1, *x.shape[1:]) + offsets).reshape(x.shape)
+    return F.embedding(flat, p["weight"].reshape(k * m.num_embeddings, m.embedding_dim)), flat
+
+
+# Each kernel returns (output, saved): what per-example gradients of the layer need
+# (the input for Linear / Conv2d, the normalised input for norms, the offset indices
+# for Embedding). See fedveil.runtime.private_stacked.
+BATCHED: dict[type, Callable[[Any, Stacked, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]] = {
+    nn.Linear: _linear,
+    nn.Conv2d: _conv2d,
+    nn.GroupNorm: _group_norm,
+    nn.LayerNorm: _layer_norm,
+    nn.Embedding: _embedding,
+}
+
+
+@dataclass
+class LayerRecord:
+    """One parametric layer's call in a recorded forward (for per-example gradients)."""
+
+    name: str  # module path ("" for the root)
+    module: nn.Module
+    output: torch.Tensor  # merged (K * B, ...)
+    saved: torch.Tensor  # see BATCHED
+
+
+class _StackedInterpreter(fx.Interpreter):
+    def __init__(self, graph_module: fx.GraphModule, stacked: Stacked, k: int, record: list | None) -> None:
+        super().__init__(graph_module)
+        self.stacked, self.k, self.record = stacked, k, record
+
+    def call_module(self, target: str, args, kwargs) -> Any:
+        module = self.fetch_attr(target)
+        own = dict(module.named_parameters(recurse=False))
+        if not own:
+            return super().call_module(target, args, kwargs)
+        prefix = f"{target}." if target else ""
+        params = {name: self.stacked[prefix + name] for name in own}
+        out, saved = BATCHED[type(module)](module, params, *args, self.k, **kwargs)
+        if self.record is not None:
+            self.record.append(LayerRecord(target, module, out, saved))
+        return out
+
+
+class StackedModel:
+    """Runs ``model``'s forward with K parameter sets at once (see module doc)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.names = [n for n, _ in model.named_parameters()]
+        for name, module in model.named_modules():
+            if any(True for _ in module.parameters(recurse=False)) and type(module) not in BATCHED:
+                raise UnsupportedModelError(
+                    f"layer '{name}' ({type(module).__name__}) has no stacked kernel "
+                    f"(supported: {', '.join(t.__name__ for t in BATCHED)})"
+                )
+        leaves = tuple(BATCHED)
+        try:
+            graph_module = fx.GraphModule(model, _Tracer(leaves).trace(model))
+        except Exception as err:  # noqa: BLE001 - any tracing failure means "cannot stack"
+            raise UnsupportedModelError(f"the model cannot be traced by torch.fx: {err}") from None
+        for node in graph_module.graph.nodes:
+            if node.op == "get_attr" and node.target in dict(model.named_parameters()):
+                raise UnsupportedModelError(f"the model reads parameter '{node.target}' outside its layer")
+        self.graph_module = graph_module
+
+    def __call__(self, stacked: Stacked, x: torch.Tensor, k: int, record: list | None = None) -> torch.Tensor:
+        """Outputs ``(K * B, ...)`` for the merged batch ``x`` of ``K * B`` rows; with
+        ``record`` (a list), appends a :class:`LayerRecord` per parametric layer call."""
+        return _StackedInterpreter(self.graph_module, stacked, k, record).run(x)
+
+
+class _Tracer(fx.Tracer):
+    def __init__(self, leaves: tuple[type, ...]) -> None:
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, self.leaves) or super().is_leaf_module(m, qualname)
+
+
+def stack_params(param_sets: list[Params], names: list[str]) -> Stacked:
+    return {n: torch.stack([p[n] for p in param_sets]) for n in names}
+
+
+def unstack(stacked: Stacked, k: int) -> Params:
+    return {n: v[k] for n, v in stacked.items()}
+
+
+__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "unstack", "BATCHED"]

@@ -1,0 +1,193 @@
+"""DP-SGD gradients for K clients at once, without materialising every per-example gradient.
+
+Book-keeping (Bu et al. 2023, "Differentially private optimization on large models
+at small cost"): one forward records each parametric layer's input ``a`` and one
+backward gives the gradient ``g`` of the summed per-example losses with respect to
+the layer's output. A layer's per-example gradient is a function of ``(a_i, g_i)``
+only, so its squared norm is computed from them directly:
+
+* Linear without a sequence dimension: ``||a_i||^2 ||g_i||^2`` (+ ``||g_i||^2`` bias);
+  with one (``T`` positions): the ghost norm ``<a_i a_i^T, g_i g_i^T>`` (Li et al. 2022),
+  or the materialised ``g_i^T a_i`` when that is smaller;
+* Conv2d: the same on the unfolded input (``L`` positions), ghost or materialised,
+  whichever costs less;
+* GroupNorm / LayerNorm / Embedding: their small per-example gradients directly.
+
+The clipped sum ``sum_i c_i g_i^T a_i`` is then one batched matmul per layer (no
+second backward). Noise is drawn per client, tensor by tensor in parameter order,
+from the client's own generator, as :func:`fedveil.privacy.dp_sgd.add_gaussian_noise`
+does, and the sum is divided by each client's denominator (spec 002 §1.2).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..engine.stacked import LayerRecord, StackedModel, UnsupportedModelError
+from ..privacy.dp_sgd import CLIP_EPS, ExampleDP
+
+CHUNK = 256  # examples per slice when per-example quantities are materialised
+
+
+def check_private_stacking(model: nn.Module) -> None:
+    """Raise :class:`UnsupportedModelError` for a layer without a book-keeping rule."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Conv2d) and module.groups != 1:
+            raise UnsupportedModelError(f"layer '{name}': grouped Conv2d has no per-example norm rule here")
+
+
+def _sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, T, in)`` / ``(N, T, out)`` views of a Linear layer's input and output gradient."""
+    n = a.shape[0]
+    return a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
+
+
+def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``||g_i^T a_i||_F^2`` for ``a (N, T, p)``, ``g (N, T, q)``: ghost or materialised."""
+    n, t, p = a.shape
+    q = g.shape[-1]
+    if t == 1:
+        return a.square().sum((1, 2)) * g.square().sum((1, 2))
+    out = torch.empty(n, dtype=a.dtype)
+    for s in range(0, n, CHUNK):
+        a_s, g_s = a[s : s + CHUNK], g[s : s + CHUNK]
+        if t * t <= p * q:  # ghost: two T x T Gram matrices
+            out[s : s + CHUNK] = (torch.bmm(a_s, a_s.transpose(1, 2)) * torch.bmm(g_s, g_s.transpose(1, 2))).sum((1, 2))
+        else:
+            out[s : s + CHUNK] = torch.bmm(g_s.transpose(1, 2), a_s).square().sum((1, 2))
+    return out
+
+
+def _clipped_matrix_sum(a: torch.Tensor, g: torch.Tensor, c: torch.Tensor, k: int) -> torch.Tensor:
+    """``sum_{i in client} c_i g_i^T a_i`` per client: ``(K, q, p)``."""
+    n, t, p = a.shape
+    cg = (g * c.view(n, 1, 1)).reshape(k, -1, g.shape[-1])
+    return torch.bmm(cg.transpose(1, 2), a.reshape(k, -1, p))
+
+
+def _linear(rec: LayerRecord, g: torch.Tensor):
+    a, g = _sequence(rec.saved, g)
+    sq = _matrix_sq_norms(a, g)
+    has_bias = rec.module.bias is not None
+    if has_bias:
+        sq = sq + g.sum(1).square().sum(1)
+
+    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k)}
+        if has_bias:
+            sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, g.shape[-1]).sum(1)
+        return sums
+
+    return sq, clipped_sums
+
+
+def _conv2d(rec: LayerRecord, g: torch.Tensor):
+    m: nn.Conv2d = rec.module
+    n = g.shape[0]
+    cols = F.unfold(rec.saved, m.kernel_size, m.dilation, m.padding, m.stride)  # (N, C_in k k, L)
+    a = cols.transpose(1, 2)  # (N, L, C_in k k)
+    g = g.reshape(n, m.out_channels, -1).transpose(1, 2)  # (N, L, C_out)
+    sq = _matrix_sq_norms(a, g)
+    has_bias = m.bias is not None
+    if has_bias:
+        sq = sq + g.sum(1).square().sum(1)
+
+    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k).reshape(k, *m.weight.shape)}
+        if has_bias:
+            sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, m.out_channels).sum(1)
+        return sums
+
+    return sq, clipped_sums
+
+
+def _norm_layer(rec: LayerRecord, g: torch.Tensor):
+    """GroupNorm (channel dim 1) and LayerNorm (trailing normalized_shape)."""
+    m, n = rec.module, g.shape[0]
+    if isinstance(m, nn.GroupNorm):
+        per_w = (g * rec.saved).reshape(n, m.num_channels, -1).sum(2)
+        per_b = g.reshape(n, m.num_channels, -1).sum(2)
+    else:
+        shape = tuple(m.normalized_shape)
+        per_w = (g * rec.saved).reshape(n, -1, *shape).sum(1)
+        per_b = g.reshape(n, -1, *shape).sum(1) if m.bias is not None else None
+    per = {"weight": per_w}
+    if per_b is not None:
+        per["bias"] = per_b
+    sq = sum(v.reshape(n, -1).square().sum(1) for v in per.values())
+
+    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+        return {name: (v * c.view(-1, *([1] * (v.dim() - 1)))).reshape(k, -1, *v.shape[1:]).sum(1) for name, v in per.items()}
+
+    return sq, clipped_sums
+
+
+def _embedding(rec: LayerRecord, g: torch.Tensor):
+    m: nn.Embedding = rec.module
+    n = g.shape[0]
+    idx = rec.saved.reshape(n, -1)  # offset indices into the K tables laid end to end
+    g = g.reshape(n, idx.shape[1], -1)
+    same = (idx.unsqueeze(2) == idx.unsqueeze(1)).to(g.dtype)  # (N, T, T)
+    sq = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+
+    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+        table = torch.zeros(k * m.num_embeddings, m.embedding_dim, dtype=g.dtype)
+        table.index_add_(0, idx.reshape(-1), (g * c.view(-1, 1, 1)).reshape(-1, m.embedding_dim))
+        return {"weight": table.reshape(k, m.num_embeddings, m.embedding_dim)}
+
+    return sq, clipped_sums
+
+
+_RULES = {nn.Linear: _linear, nn.Conv2d: _conv2d, nn.GroupNorm: _norm_layer, nn.LayerNorm: _norm_layer, nn.Embedding: _embedding}
+
+
+def private_stacked_gradients(
+    stacked: StackedModel,
+    model: nn.Module,
+    w: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mask: torch.Tensor,
+    per_example_loss,
+    dps: list[ExampleDP],
+    generators: list[torch.Generator],
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
+
+    ``mask (K, B)`` marks the real rows of the padded merged batch ``x``; padding rows
+    get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
+    denominator (its batch size) and draws its noise from ``generators[k]``.
+    """
+    k = len(dps)
+    records: list[LayerRecord] = []
+    leaves = {n: v.detach().requires_grad_(True) for n, v in w.items()}
+    out = stacked(leaves, x, k, records)
+    flat_mask = mask.reshape(-1)
+    losses = per_example_loss(out, y) * flat_mask
+    outputs = [r.output for r in records]
+    out_grads = torch.autograd.grad(losses.sum(), outputs)
+    with torch.no_grad():
+        rules = [_RULES[type(r.module)](r, go) for r, go in zip(records, out_grads)]
+        sq = sum(rule[0] for rule in rules)
+        clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype).repeat_interleave(mask.shape[1])
+        factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask
+        grads: dict[str, torch.Tensor] = {}
+        for rec, (_, clipped_sums) in zip(records, rules):
+            prefix = f"{rec.name}." if rec.name else ""
+            for pname, value in clipped_sums(factors, k).items():
+                key = prefix + pname
+                grads[key] = grads[key] + value if key in grads else value  # a layer called twice
+        for name in stacked.names:
+            if name not in grads:  # a parameter the forward did not use
+                grads[name] = torch.zeros_like(w[name])
+        noisy = {}
+        for name in stacked.names:
+            rows = []
+            for row, (dp, gen) in enumerate(zip(dps, generators)):
+                std = dp.clip * dp.noise_multiplier
+                noise = torch.randn(w[name].shape[1:], generator=gen, dtype=w[name].dtype)
+                rows.append((grads[name][row] + std * noise) / dp.batch_size)
+            noisy[name] = torch.stack(rows)
+        loss_sums = losses.detach().reshape(k, -1).sum(1)
+    return noisy, loss_sums

@@ -1,0 +1,172 @@
+"""The vectorized executor: a round's cohort trained as one stacked computation.
+
+Algorithms stay as they are. Each client's ``client_update`` runs in its own thread
+with a trainer that, instead of training, posts its ``train`` call and waits. When
+every client is either waiting or done, the executor trains all posted calls at
+once (:func:`~fedveil.runtime.cohort_training.train_stacked`, in cohort order) and
+wakes the clients, which go on to build their messages, and possibly train again
+(fine-tuning, Ditto's two models): each such wave is stacked in turn. Since a wave
+starts only when every client has reached it, waves and results do not depend on
+thread timing.
+
+Models the engine cannot stack (e.g. the char-LSTM) are trained client by client,
+with a warning, so any run works with ``executor = "vectorized"``.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+from ..engine import StackedModel, UnsupportedModelError
+from .cohort_training import TrainRequest, train_stacked
+from .local import LocalTrainer
+from .private_stacked import check_private_stacking
+
+# Clients stacked in one computation at most (bounds memory: stacked params, grads, activations).
+MAX_STACKED_BYTES = 1 << 30
+
+
+@dataclass
+class _Post:
+    job: int
+    trainer: LocalTrainer
+    request: TrainRequest
+    result: Any = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Gate:
+    """Counts clients that are still computing; collects the train calls of those waiting."""
+
+    def __init__(self, clients: int) -> None:
+        self.cond = threading.Condition()
+        self.running = clients
+        self.posts: list[_Post] = []
+
+    def post(self, post: _Post) -> Any:
+        with self.cond:
+            self.posts.append(post)
+            self.running -= 1
+            self.cond.notify_all()
+        post.done.wait()
+        if isinstance(post.result, BaseException):
+            raise post.result
+        return post.result
+
+    def finished(self) -> None:
+        with self.cond:
+            self.running -= 1
+            self.cond.notify_all()
+
+    def next_wave(self) -> list[_Post]:
+        with self.cond:
+            self.cond.wait_for(lambda: self.running == 0)
+            wave, self.posts = sorted(self.posts, key=lambda p: p.job), []
+            self.running += len(wave)
+            return wave
+
+
+class _PostingTrainer:
+    """Stands in for a :class:`LocalTrainer`: ``train`` is posted to the gate, the rest delegated."""
+
+    def __init__(self, trainer: LocalTrainer, gate: _Gate, job: int) -> None:
+        self._trainer, self._gate, self._job = trainer, gate, job
+
+    def train(self, params, data, generator, round_idx, grad_hook=None, dp=None):
+        request = TrainRequest(params, data, generator, round_idx, grad_hook, dp)
+        return self._gate.post(_Post(self._job, self._trainer, request))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trainer, name)
+
+
+class VectorizedExecutor:
+    name = "vectorized"
+
+    def __init__(self) -> None:
+        self._stacked: dict[int, StackedModel | None] = {}
+
+    def run_cohort(
+        self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
+    ) -> list[ClientResult]:
+        gate = _Gate(len(jobs))
+        results: list[Any] = [None] * len(jobs)
+        errors: list[BaseException | None] = [None] * len(jobs)
+
+        def work(i: int, task: ClientTask, client_state: State | None) -> None:
+            try:
+                posting = replace(task, trainer=_PostingTrainer(task.trainer, gate, i))
+                results[i] = algorithm.client_update(server_state, client_state, posting)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[i] = err
+            finally:
+                gate.finished()
+
+        threads = [threading.Thread(target=work, args=(i, t, s), daemon=True) for i, (t, s) in enumerate(jobs)]
+        for th in threads:
+            th.start()
+        while True:
+            wave = gate.next_wave()
+            if not wave:
+                break
+            self._train_wave(wave)
+        for th in threads:
+            th.join()
+        for err in errors:
+            if err is not None:
+                raise err
+        return results
+
+    def _train_wave(self, wave: list[_Post]) -> None:
+        groups: dict[tuple, list[_Post]] = {}
+        for post in wave:
+            key = (id(post.trainer), post.request.round_idx, post.request.dp is None)
+            groups.setdefault(key, []).append(post)
+        try:
+            for posts in groups.values():
+                self._train_group(posts)
+        except BaseException as err:  # noqa: BLE001 - wake every client with the error
+            for post in wave:
+                if not post.done.is_set():
+                    post.result = err
+                    post.done.set()
+            raise
+
+    def _train_group(self, posts: list[_Post]) -> None:
+        trainer = posts[0].trainer
+        stacked = self._stacked_model(trainer, private=posts[0].request.dp is not None)
+        if stacked is None:
+            outputs = [trainer.train(p.request.params, p.request.data, p.request.generator, p.request.round_idx,
+                                     p.request.grad_hook, p.request.dp) for p in posts]
+        else:
+            outputs = []
+            for chunk in _chunks(posts, _chunk_size(trainer)):
+                outputs += train_stacked(trainer, stacked, [p.request for p in chunk])
+        for post, output in zip(posts, outputs):
+            post.result = output
+            post.done.set()
+
+    def _stacked_model(self, trainer: LocalTrainer, private: bool) -> StackedModel | None:
+        key = id(trainer.model) * 2 + int(private)
+        if key not in self._stacked:
+            try:
+                stacked = StackedModel(trainer.model)
+                if private:
+                    check_private_stacking(trainer.model)
+            except UnsupportedModelError as err:
+                warnings.warn(f"vectorized executor: training clients one by one: {err}", stacklevel=2)
+                stacked = None
+            self._stacked[key] = stacked
+        return self._stacked[key]
+
+
+def _chunk_size(trainer: LocalTrainer) -> int:
+    param_bytes = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    return max(1, MAX_STACKED_BYTES // (8 * param_bytes))  # params, grads, momentum, updates + slack
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
