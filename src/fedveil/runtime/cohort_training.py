@@ -60,29 +60,35 @@ def _gather_batches(requests: list[TrainRequest], batches: list[torch.Tensor], a
     return torch.cat(xs), torch.cat(ys), mask
 
 
-def _apply_hooks(hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
-    """Add the clients' gradient terms: stacked when they are all affine, else one by one."""
+def _apply_hooks(stacked: StackedModel, hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
+    """Add the clients' gradient terms (in kernel layout): stacked when they are all
+    affine, else one client at a time in the natural layout."""
     chosen = [hooks[k] for k in rows]
     if all(h is None for h in chosen):
         return g
     if all(h is None or isinstance(h, AffineGradTerm) for h in chosen):
-        out = {}
+        scales = [h.scale if h is not None else 0.0 for h in chosen]
+        offsets = [h.offset if h is not None and h.offset is not None else {} for h in chosen]
+        natural_shapes = stacked.from_kernel(w)
+        stacked_offsets = {}
+        for name in g:
+            if any(name in o for o in offsets):
+                zero = torch.zeros_like(natural_shapes[name][0])
+                stacked_offsets[name] = torch.stack([o.get(name, zero) for o in offsets])
+        stacked_offsets = stacked.to_kernel(stacked_offsets)
         for name, grad in g.items():
-            scale = torch.tensor([h.scale if h is not None else 0.0 for h in chosen], dtype=grad.dtype)
-            grad = grad + scale.view(-1, *([1] * (grad.dim() - 1))) * w[name]
-            if any(h is not None and h.offset is not None and name in h.offset for h in chosen):
-                zero = torch.zeros_like(grad[0])
-                grad = grad + torch.stack([
-                    h.offset[name] if h is not None and h.offset is not None and name in h.offset else zero
-                    for h in chosen
-                ])
-            out[name] = grad
-        return out
+            if any(scales):
+                scale = torch.tensor(scales, dtype=grad.dtype).view(-1, *([1] * (grad.dim() - 1)))
+                grad.add_(scale * w[name])
+            if name in stacked_offsets:
+                grad.add_(stacked_offsets[name])
+        return g
+    w_nat, g_nat = stacked.from_kernel(w), stacked.from_kernel(g)
     rows_out = []
     for row, hook in enumerate(chosen):
-        wk, gk = {n: v[row] for n, v in w.items()}, {n: v[row] for n, v in g.items()}
+        wk, gk = {n: v[row] for n, v in w_nat.items()}, {n: v[row] for n, v in g_nat.items()}
         rows_out.append(gk if hook is None else hook(wk, gk))
-    return {n: torch.stack([r[n] for r in rows_out]) for n in g}
+    return stacked.to_kernel({n: torch.stack([r[n] for r in rows_out]) for n in g})
 
 
 def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[TrainRequest]) -> list[tuple[Params, LocalStats]]:
@@ -97,27 +103,23 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     iters = [trainer._batches(len(r.data), r.generator, r.dp) for r in requests]
     steps = [trainer.num_steps(len(r.data), r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
-    w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
-    momentum: dict[str, torch.Tensor] | None = None
+    w = stacked.to_kernel({n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()})
+    momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
     per_example_loss = _per_example_loss(trainer.loss_fn)
     losses: list[list[float]] = [[] for _ in requests]
     examples = [0] * len(requests)
-    for step in range(max(steps)):
+    for step in range(max(steps, default=0)):
         active = [k for k, s in enumerate(steps) if step < s]
         batches = [next(iters[k]) for k in active]
         x, y, mask = _gather_batches(requests, batches, active)
-        everyone = len(active) == len(requests)
-        index = None if everyone else torch.tensor(active)
-        w_act = {n: (v if everyone else v.index_select(0, index)) for n, v in w.items()}
+        index = None if len(active) == len(requests) else torch.tensor(active)
+        w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
         counts = mask.sum(1)
         if requests[active[0]].dp is None:
-            leaves = {n: v.requires_grad_(True) for n, v in w_act.items()}
+            leaves = {n: v.detach().requires_grad_(True) for n, v in w_act.items()}
             out = stacked(leaves, x, len(active))
-            ex_loss = per_example_loss(out, y).reshape(len(active), -1) * mask
-            batch_loss = ex_loss.sum(1) / counts
-            grads = torch.autograd.grad(batch_loss.sum(), list(leaves.values()))
-            g = dict(zip(leaves.keys(), grads))
-            w_act = {n: v.detach() for n, v in w_act.items()}
+            batch_loss = (per_example_loss(out, y).reshape(len(active), -1) * mask).sum(1) / counts
+            g = dict(zip(leaves, torch.autograd.grad(batch_loss.sum(), list(leaves.values()))))
             step_losses = batch_loss.detach()
         else:
             dps = [requests[k].dp for k in active]
@@ -128,34 +130,37 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
             for dp in dps:
                 dp.steps_taken += 1
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
-        g = _apply_hooks(hooks, w_act, g, active)
-        if cfg.weight_decay:
-            g = {n: g[n] + cfg.weight_decay * w_act[n] for n in g}
-        if cfg.momentum:
-            # zero-initialised buffers: m * 0 + g = g, the serial trainer's first step exactly
-            momentum = momentum or {n: torch.zeros_like(v) for n, v in w.items()}
-            buf = {n: cfg.momentum * (v if everyone else v.index_select(0, index)) + g[n] for n, v in momentum.items()}
-            _scatter(momentum, buf, index)
-            g = buf
-        new = {n: w_act[n] - lr * g[n] for n in g}
-        _scatter(w, new, index)
+        with torch.no_grad():
+            g = _apply_hooks(stacked, hooks, w_act, g, active)
+            _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay)
         for row, k in enumerate(active):
             losses[k].append(float(step_losses[row]))
             examples[k] += int(counts[row])
+    natural = stacked.from_kernel(w)
     out = []
     for k in range(len(requests)):
         seen = [v for v in losses[k] if not math.isnan(v)]
         stats = LocalStats(loss=sum(seen) / len(seen) if seen else float("nan"), steps=steps[k], examples=examples[k])
-        out.append(({n: w[n][k].clone() for n in names}, stats))
+        out.append(({n: natural[n][k].clone() for n in names}, stats))
     return out
 
 
-def _scatter(target: dict[str, torch.Tensor], rows: dict[str, torch.Tensor], index: torch.Tensor | None) -> None:
-    for n, v in rows.items():
+def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay: float) -> None:
+    """The serial trainer's update (g += wd w; buf = beta buf + g; w -= lr buf), in place on
+    the stacked tensors; with ``index``, only the active clients' rows change."""
+    for name, grad in g.items():
+        if weight_decay:
+            grad.add_(w_act[name], alpha=weight_decay)
+        if momentum is not None:
+            if index is None:
+                grad = momentum[name].mul_(beta).add_(grad)
+            else:
+                grad = momentum[name].index_select(0, index).mul_(beta).add_(grad)
+                momentum[name].index_copy_(0, index, grad)
         if index is None:
-            target[n] = v
+            w[name].sub_(grad, alpha=lr)
         else:
-            target[n] = target[n].index_copy(0, index, v)
+            w[name].index_copy_(0, index, w_act[name].sub_(grad, alpha=lr))
 
 
 __all__: list[Any] = ["TrainRequest", "train_stacked"]

@@ -60,10 +60,10 @@ def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 def _clipped_matrix_sum(a: torch.Tensor, g: torch.Tensor, c: torch.Tensor, k: int) -> torch.Tensor:
-    """``sum_{i in client} c_i g_i^T a_i`` per client: ``(K, q, p)``."""
+    """``sum_{i in client} c_i a_i^T g_i`` per client: ``(K, p, q)``."""
     n, t, p = a.shape
     cg = (g * c.view(n, 1, 1)).reshape(k, -1, g.shape[-1])
-    return torch.bmm(cg.transpose(1, 2), a.reshape(k, -1, p))
+    return torch.bmm(a.reshape(k, -1, p).transpose(1, 2), cg)
 
 
 def _linear(rec: LayerRecord, g: torch.Tensor):
@@ -94,7 +94,7 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
         sq = sq + g.sum(1).square().sum(1)
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        sums = {"weight": _clipped_matrix_sum(a, g, c, k).reshape(k, *m.weight.shape)}
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k).transpose(1, 2).reshape(k, *m.weight.shape)}
         if has_bias:
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, m.out_channels).sum(1)
         return sums
@@ -153,7 +153,8 @@ def private_stacked_gradients(
     dps: list[ExampleDP],
     generators: list[torch.Generator],
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
+    """Privatised gradients of K clients' batches, in kernel layout like ``w``, and their
+    loss sums ``(K,)``.
 
     ``mask (K, B)`` marks the real rows of the padded merged batch ``x``; padding rows
     get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
@@ -181,13 +182,15 @@ def private_stacked_gradients(
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
                 grads[name] = torch.zeros_like(w[name])
+        natural = stacked.from_kernel(grads)
         noisy = {}
         for name in stacked.names:
             rows = []
             for row, (dp, gen) in enumerate(zip(dps, generators)):
                 std = dp.clip * dp.noise_multiplier
-                noise = torch.randn(w[name].shape[1:], generator=gen, dtype=w[name].dtype)
-                rows.append((grads[name][row] + std * noise) / dp.batch_size)
+                noise = torch.randn(natural[name].shape[1:], generator=gen, dtype=w[name].dtype)
+                rows.append((natural[name][row] + std * noise) / dp.batch_size)
             noisy[name] = torch.stack(rows)
+        noisy = stacked.to_kernel(noisy)
         loss_sums = losses.detach().reshape(k, -1).sum(1)
     return noisy, loss_sums
