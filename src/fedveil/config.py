@@ -215,10 +215,18 @@ class PrivacyConfig(_Section):
         return self
 
 
+class RayConfig(_Section):
+    """Where ``executor = "ray"`` runs: a local Ray instance or an existing cluster."""
+
+    address: str | None = Field(None, description="Ray cluster address (e.g. ray://head:10001); none starts Ray locally")
+    workers: int = Field(2, ge=1, description="shards per round (one Ray task each); local Ray gets this many CPUs")
+    inner: Literal["serial", "vectorized"] = Field("vectorized", description="how a worker trains its shard")
+
+
 class RunConfig(_Section):
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
-    executor: Literal["serial", "vectorized"] = Field(
-        "serial", description="how a round's cohort is trained: one client after another, or stacked (fast)"
+    executor: Literal["serial", "vectorized", "ray"] = Field(
+        "serial", description="how a round's cohort is trained: one client after another, stacked (fast), or on Ray"
     )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -228,6 +236,7 @@ class RunConfig(_Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> "RunConfig":

@@ -1,5 +1,6 @@
 """Executors run one round's cohort of client updates. ``serial`` is the readable reference;
-``vectorized`` stacks the cohort's local training (:mod:`fedveil.runtime.vectorized`)."""
+``vectorized`` stacks the cohort's local training (:mod:`fedveil.runtime.vectorized`);
+``ray`` shards the cohort over Ray workers (:mod:`fedveil.runtime.ray_executor`)."""
 from __future__ import annotations
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
@@ -16,14 +17,21 @@ class SerialExecutor:
         return [algorithm.client_update(server_state, client_state, task) for task, client_state in jobs]
 
 
-EXECUTORS = ("serial", "vectorized")
+EXECUTORS = ("serial", "vectorized", "ray")
 
 
-def make_executor(name: str):
+def make_executor(name: str, ray_config=None):
+    """The executor called ``name``; ``ray_config`` (a :class:`fedveil.config.RayConfig`) for Ray."""
     if name == "serial":
         return SerialExecutor()
     if name == "vectorized":
         from .vectorized import VectorizedExecutor
 
         return VectorizedExecutor()
+    if name == "ray":
+        from .ray_executor import RayExecutor
+
+        if ray_config is None:
+            return RayExecutor()
+        return RayExecutor(ray_config.address, ray_config.workers, ray_config.inner)
     raise ValueError(f"unknown executor '{name}'; available: {', '.join(EXECUTORS)}")

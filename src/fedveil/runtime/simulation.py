@@ -65,7 +65,7 @@ class Simulation:
 
     def __post_init__(self) -> None:
         if self.executor is None:
-            self.executor = make_executor(self.config.executor)
+            self.executor = make_executor(self.config.executor, self.config.ray)
 
     @classmethod
     def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
