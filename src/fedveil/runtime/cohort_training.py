@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from torch.func import vmap
 
 from ..data.arrays import ArrayDataset
 from ..engine import StackedModel, stack_params
+from ..engine.stacked import LayerRecord
 from ..engine.grad_terms import AffineGradTerm
 from ..params import Params
 from ..privacy.dp_sgd import ExampleDP
@@ -105,6 +107,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     hooks = [r.grad_hook for r in requests]
     w = stacked.to_kernel({n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()})
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
+    buffers = {n: torch.empty_like(v) for n, v in w.items() if n in stacked.transposed}
     per_example_loss = _per_example_loss(trainer.loss_fn)
     losses: list[list[float]] = [[] for _ in requests]
     examples = [0] * len(requests)
@@ -116,11 +119,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
         counts = mask.sum(1)
         if requests[active[0]].dp is None:
-            leaves = {n: v.detach().requires_grad_(True) for n, v in w_act.items()}
-            out = stacked(leaves, x, len(active))
-            batch_loss = (per_example_loss(out, y).reshape(len(active), -1) * mask).sum(1) / counts
-            g = dict(zip(leaves, torch.autograd.grad(batch_loss.sum(), list(leaves.values()))))
-            step_losses = batch_loss.detach()
+            g, step_losses = _gradients(stacked, w_act, x, y, mask, counts, per_example_loss, buffers if index is None else {})
         else:
             dps = [requests[k].dp for k in active]
             g, loss_sums = private_stacked_gradients(
@@ -143,6 +142,48 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         stats = LocalStats(loss=sum(seen) / len(seen) if seen else float("nan"), steps=steps[k], examples=examples[k])
         out.append(({n: natural[n][k].clone() for n in names}, stats))
     return out
+
+
+def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, buffers: dict):
+    """Each client's gradient of its batch-mean loss, and the losses ``(K,)``.
+
+    Linear layers' weight gradients ``a^T g`` are written by one bmm straight into
+    ``buffers`` (reused every step) from their recorded inputs and output gradients;
+    autograd computes only the output gradients and the other layers' gradients.
+    """
+    k = mask.shape[0]
+    records: list[LayerRecord] = []
+    leaves = {n: v.detach().requires_grad_(True) for n, v in w.items()}
+    out = stacked(leaves, x, k, records)
+    batch_loss = (per_example_loss(out, y).reshape(k, -1) * mask).sum(1) / counts
+    linear = [r for r in records if isinstance(r.module, nn.Linear)]
+    by_bmm = {_param_name(r, p) for r in linear for p in ("weight", "bias")}
+    others = [n for n in leaves if n not in by_bmm]
+    grads = torch.autograd.grad(batch_loss.sum(), [r.output for r in linear] + [leaves[n] for n in others])
+    g = dict(zip(others, grads[len(linear):]))
+    with torch.no_grad():
+        _linear_grads(linear, grads[: len(linear)], g, buffers, k)
+    return g, batch_loss.detach()
+
+
+def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, k: int) -> None:
+    for rec, go in zip(linear, out_grads):
+        a = rec.saved.reshape(k, -1, rec.module.in_features).transpose(1, 2)
+        go = go.reshape(k, -1, rec.module.out_features)
+        name = _param_name(rec, "weight")
+        if name in g:  # a layer called more than once accumulates
+            g[name].baddbmm_(a, go)
+        elif name in buffers:
+            g[name] = torch.bmm(a, go, out=buffers[name])
+        else:
+            g[name] = torch.bmm(a, go)
+        if rec.module.bias is not None:
+            bias = _param_name(rec, "bias")
+            g[bias] = g[bias] + go.sum(1) if bias in g else go.sum(1)
+
+
+def _param_name(rec: LayerRecord, param: str) -> str:
+    return f"{rec.name}.{param}" if rec.name else param
 
 
 def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay: float) -> None:
