@@ -15,6 +15,7 @@ from torch import nn
 
 from fedveil.algorithms.fedavg import FedAvg
 from fedveil.models import MODELS
+from fedveil.registry import Entry
 from fedveil.runtime import Simulation, run
 from tiny_runs import merge, rows_of, tiny_config, without_wall_clock
 
@@ -87,11 +88,8 @@ def _prelu_mlp(input_shape, num_classes):
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 8), nn.PReLU(), nn.Linear(8, num_classes))
 
 
-if "test_prelu_mlp" not in MODELS:
-    MODELS.register("test_prelu_mlp", "test only")(_prelu_mlp)
-
-
-def test_unstackable_model_falls_back_to_one_by_one(tmp_path):
+def test_unstackable_model_falls_back_to_one_by_one(tmp_path, monkeypatch):
+    monkeypatch.setitem(MODELS._entries, "test_prelu_mlp", Entry("test_prelu_mlp", _prelu_mlp, "test only"))
     outs = {}
     for executor in ("serial", "vectorized"):
         config = tiny_config(executor=executor, model={"name": "test_prelu_mlp"}, federation={"rounds": 2})

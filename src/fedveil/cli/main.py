@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--data-root", help="folder holding the data sets (default: $FEDVEIL_DATA or ~/.cache/fedveil)"
     )
+
+    bench = sub.add_parser(
+        "bench", help="run the benchmark suite", description="Time fedveil's executors against a plain "
+        "PyTorch loop, the centralised limit, Flower and Opacus (when installed) on the same workloads."
+    )
+    bench.add_argument("--quick", action="store_true", help="a subset that finishes in about a minute")
+    bench.add_argument("--json", metavar="PATH", help="also write the records as JSON")
+    bench.add_argument("--systems", help="comma-separated subset of systems")
+    bench.add_argument("--workloads", help="comma-separated subset of workloads (mlp, lenet, resnet)")
     return parser
 
 
@@ -213,6 +222,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ..bench import run_suite
+
+    def names(text: str | None) -> list[str] | None:
+        return None if not text else [t.strip() for t in text.split(",") if t.strip()]
+
+    run_suite(args.quick, args.json, names(args.systems), names(args.workloads))
+    return 0
+
+
 COMMANDS = {
     "run": cmd_run,
     "report": cmd_report,
@@ -221,4 +240,5 @@ COMMANDS = {
     "models": cmd_models,
     "partitions": cmd_partitions,
     "reproduce": cmd_reproduce,
+    "bench": cmd_bench,
 }
