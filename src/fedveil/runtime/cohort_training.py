@@ -49,17 +49,26 @@ def _per_example_loss(loss_fn):
 
 
 def _gather_batches(requests: list[TrainRequest], batches: list[torch.Tensor], active: list[int]):
-    """Merged ``x``/``y`` of the active clients' batches padded to the longest, and the mask."""
-    width = max(len(b) for b in batches)
-    xs, ys = [], []
-    mask = torch.zeros(len(active), max(width, 1))
+    """Merged ``x``/``y`` of the active clients' batches padded to the longest, and the mask.
+
+    Rows are copied straight into one preallocated tensor; padding repeats a real row
+    (finite inputs), masked out of the loss.
+    """
+    width = max(1, max(len(b) for b in batches))
+    first = requests[active[0]].data
+    x = torch.empty((len(active) * width, *first.x.shape[1:]), dtype=first.x.dtype)
+    y = torch.empty((len(active) * width, *first.y.shape[1:]), dtype=first.y.dtype)
+    mask = torch.zeros(len(active), width)
     for row, (k, idx) in enumerate(zip(active, batches)):
-        mask[row, : len(idx)] = 1.0
-        pad = torch.zeros(max(width, 1) - len(idx), dtype=torch.long)
-        full = torch.cat([idx.long(), pad])
-        xs.append(requests[k].data.x[full])
-        ys.append(requests[k].data.y[full])
-    return torch.cat(xs), torch.cat(ys), mask
+        data, m, lo = requests[k].data, len(idx), row * width
+        if m:
+            torch.index_select(data.x, 0, idx, out=x[lo : lo + m])
+            torch.index_select(data.y, 0, idx, out=y[lo : lo + m])
+        if m < width:
+            x[lo + m : lo + width] = data.x[0]
+            y[lo + m : lo + width] = data.y[0]
+        mask[row, :m] = 1.0
+    return x, y, mask
 
 
 def _apply_hooks(stacked: StackedModel, hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
@@ -109,6 +118,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
     buffers = {n: torch.empty_like(v) for n, v in w.items() if n in stacked.transposed}
     per_example_loss = _per_example_loss(trainer.loss_fn)
+    plain_sgd = not cfg.momentum and not cfg.weight_decay and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
     examples = [0] * len(requests)
     for step in range(max(steps, default=0)):
@@ -119,7 +129,11 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
         counts = mask.sum(1)
         if requests[active[0]].dp is None:
-            g, step_losses = _gradients(stacked, w_act, x, y, mask, counts, per_example_loss, buffers if index is None else {})
+            # plain SGD on everyone: Linear weights are updated inside their gradient bmm
+            fuse_lr = lr if plain_sgd and index is None else None
+            g, step_losses = _gradients(
+                stacked, w_act, x, y, mask, counts, per_example_loss, buffers if index is None else {}, fuse_lr
+            )
         else:
             dps = [requests[k].dp for k in active]
             g, loss_sums = private_stacked_gradients(
@@ -140,16 +154,18 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     for k in range(len(requests)):
         seen = [v for v in losses[k] if not math.isnan(v)]
         stats = LocalStats(loss=sum(seen) / len(seen) if seen else float("nan"), steps=steps[k], examples=examples[k])
-        out.append(({n: natural[n][k].clone() for n in names}, stats))
+        out.append(({n: natural[n][k] for n in names}, stats))  # views into the stacked result
     return out
 
 
-def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, buffers: dict):
+def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, buffers: dict, fuse_lr: float | None):
     """Each client's gradient of its batch-mean loss, and the losses ``(K,)``.
 
     Linear layers' weight gradients ``a^T g`` are written by one bmm straight into
     ``buffers`` (reused every step) from their recorded inputs and output gradients;
-    autograd computes only the output gradients and the other layers' gradients.
+    autograd computes only the output gradients and the other layers' gradients. With
+    ``fuse_lr`` (plain SGD) Linear layers are instead updated in place,
+    ``w <- w - lr a^T g`` in the same bmm, and left out of the returned gradients.
     """
     k = mask.shape[0]
     records: list[LayerRecord] = []
@@ -162,8 +178,20 @@ def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, b
     grads = torch.autograd.grad(batch_loss.sum(), [r.output for r in linear] + [leaves[n] for n in others])
     g = dict(zip(others, grads[len(linear):]))
     with torch.no_grad():
-        _linear_grads(linear, grads[: len(linear)], g, buffers, k)
+        if fuse_lr is None:
+            _linear_grads(linear, grads[: len(linear)], g, buffers, k)
+        else:
+            _linear_updates(linear, grads[: len(linear)], w, fuse_lr, k)
     return g, batch_loss.detach()
+
+
+def _linear_updates(linear: list[LayerRecord], out_grads, w: dict, lr: float, k: int) -> None:
+    for rec, go in zip(linear, out_grads):
+        a = rec.saved.reshape(k, -1, rec.module.in_features).transpose(1, 2)
+        go = go.reshape(k, -1, rec.module.out_features)
+        w[_param_name(rec, "weight")].baddbmm_(a, go, alpha=-lr)
+        if rec.module.bias is not None:
+            w[_param_name(rec, "bias")].sub_(go.sum(1), alpha=lr)
 
 
 def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, k: int) -> None:
