@@ -59,7 +59,7 @@ def test_stacked_forward_equals_each_model(cls):
     k, b = 3, 4
     models = make_models(cls, k)
     stacked = StackedModel(models[0])
-    params = stacked.to_kernel(stack_params([dict(m.named_parameters()) for m in models], stacked.names))
+    params = stack_params([dict(m.named_parameters()) for m in models], stacked.names)
     x = inputs(cls, k * b)
     out = stacked(params, x, k)
     for c in range(k):
@@ -75,7 +75,7 @@ def test_book_keeping_clipped_sum_equals_materialised_per_example_gradients(cls)
     stacked = StackedModel(models[0])
     check_private_stacking(models[0])
     natural = stack_params([{n: p.detach() for n, p in m.named_parameters()} for m in models], stacked.names)
-    params = stacked.to_kernel(natural)
+    params = natural
     x = inputs(cls, k * b)
     y = torch.randint(0, 3, (k * b,), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(k, b)
@@ -85,7 +85,6 @@ def test_book_keeping_clipped_sum_equals_materialised_per_example_gradients(cls)
     dps = [ExampleDP(clip, 0.0, "shuffle", b) for _ in range(k)]
     gens = [torch.Generator().manual_seed(c) for c in range(k)]
     got, loss_sums = private_stacked_gradients(stacked, models[0], params, x, y, mask, per_example_loss, dps, gens)
-    got = stacked.from_kernel(got)
     for c in range(k):
         rows = int(mask[c].sum())
         sl = slice(c * b, c * b + rows)
@@ -103,14 +102,13 @@ def test_noise_is_drawn_from_each_clients_generator_in_parameter_order():
     models = make_models(ConvModel, 2)
     stacked = StackedModel(models[0])
     natural = stack_params([{n: p.detach() for n, p in m.named_parameters()} for m in models], stacked.names)
-    params = stacked.to_kernel(natural)
+    params = natural
     x, y, mask = inputs(ConvModel, 4), torch.zeros(4, dtype=torch.long), torch.zeros(2, 2)  # empty batches
     per_example_loss = vmap(lambda o, t: nn.functional.cross_entropy(o.unsqueeze(0), t.unsqueeze(0)))
     dps = [ExampleDP(2.0, 1.5, "poisson", 4), ExampleDP(1.0, 3.0, "poisson", 8)]
     got, _ = private_stacked_gradients(
         stacked, models[0], params, x, y, mask, per_example_loss, dps, [torch.Generator().manual_seed(s) for s in (5, 6)]
     )
-    got = stacked.from_kernel(got)
     for c, (dp, seed) in enumerate(zip(dps, (5, 6))):
         gen = torch.Generator().manual_seed(seed)
         for name in stacked.names:

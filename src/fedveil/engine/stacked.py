@@ -36,9 +36,8 @@ class UnsupportedModelError(ValueError):
 
 
 def _linear(m: nn.Linear, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
-    """``p["weight"]`` is in kernel layout ``(K, in, out)`` (see :meth:`StackedModel.to_kernel`)."""
     rows = x.reshape(k, -1, m.in_features)
-    w = p["weight"]
+    w = p["weight"].transpose(1, 2)
     out = torch.baddbmm(p["bias"].unsqueeze(1), rows, w) if "bias" in p else torch.bmm(rows, w)
     return out.reshape(*x.shape[:-1], m.out_features), x
 
@@ -139,26 +138,10 @@ class StackedModel:
             if node.op == "get_attr" and node.target in dict(model.named_parameters()):
                 raise UnsupportedModelError(f"the model reads parameter '{node.target}' outside its layer")
         self.graph_module = graph_module
-        # Linear weights are stacked transposed, (K, in, out): the forward is a plain bmm
-        # and their gradients come out contiguous, so updates run in place at full speed.
-        self.transposed = {
-            f"{name}.weight" if name else "weight"
-            for name, module in model.named_modules()
-            if isinstance(module, nn.Linear)
-        }
-
-    def to_kernel(self, stacked: Stacked) -> Stacked:
-        """Stacked parameters ``(K, *shape)`` in the layout the kernels use."""
-        return {n: v.transpose(1, 2).contiguous() if n in self.transposed else v for n, v in stacked.items()}
-
-    def from_kernel(self, stacked: Stacked) -> Stacked:
-        """Back to ``(K, *shape)`` (views)."""
-        return {n: v.transpose(1, 2) if n in self.transposed else v for n, v in stacked.items()}
 
     def __call__(self, stacked: Stacked, x: torch.Tensor, k: int, record: list | None = None) -> torch.Tensor:
-        """Outputs ``(K * B, ...)`` for the merged batch ``x`` of ``K * B`` rows, with
-        ``stacked`` in kernel layout; with ``record`` (a list), appends a
-        :class:`LayerRecord` per parametric layer call."""
+        """Outputs ``(K * B, ...)`` for the merged batch ``x`` of ``K * B`` rows; with
+        ``record`` (a list), appends a :class:`LayerRecord` per parametric layer call."""
         return _StackedInterpreter(self.graph_module, stacked, k, record).run(x)
 
 

@@ -71,22 +71,19 @@ def _gather_batches(requests: list[TrainRequest], batches: list[torch.Tensor], a
     return x, y, mask
 
 
-def _apply_hooks(stacked: StackedModel, hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
-    """Add the clients' gradient terms (in kernel layout): stacked when they are all
-    affine, else one client at a time in the natural layout."""
+def _apply_hooks(hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
+    """Add the clients' gradient terms: stacked when they are all affine, else one client at a time."""
     chosen = [hooks[k] for k in rows]
     if all(h is None for h in chosen):
         return g
     if all(h is None or isinstance(h, AffineGradTerm) for h in chosen):
         scales = [h.scale if h is not None else 0.0 for h in chosen]
         offsets = [h.offset if h is not None and h.offset is not None else {} for h in chosen]
-        natural_shapes = stacked.from_kernel(w)
         stacked_offsets = {}
         for name in g:
             if any(name in o for o in offsets):
-                zero = torch.zeros_like(natural_shapes[name][0])
+                zero = torch.zeros_like(w[name][0])
                 stacked_offsets[name] = torch.stack([o.get(name, zero) for o in offsets])
-        stacked_offsets = stacked.to_kernel(stacked_offsets)
         for name, grad in g.items():
             if any(scales):
                 scale = torch.tensor(scales, dtype=grad.dtype).view(-1, *([1] * (grad.dim() - 1)))
@@ -94,12 +91,11 @@ def _apply_hooks(stacked: StackedModel, hooks: list[GradHook | None], w: dict, g
             if name in stacked_offsets:
                 grad.add_(stacked_offsets[name])
         return g
-    w_nat, g_nat = stacked.from_kernel(w), stacked.from_kernel(g)
     rows_out = []
     for row, hook in enumerate(chosen):
-        wk, gk = {n: v[row] for n, v in w_nat.items()}, {n: v[row] for n, v in g_nat.items()}
+        wk, gk = {n: v[row] for n, v in w.items()}, {n: v[row] for n, v in g.items()}
         rows_out.append(gk if hook is None else hook(wk, gk))
-    return stacked.to_kernel({n: torch.stack([r[n] for r in rows_out]) for n in g})
+    return {n: torch.stack([r[n] for r in rows_out]) for n in g}
 
 
 def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[TrainRequest]) -> list[tuple[Params, LocalStats]]:
@@ -114,9 +110,9 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     iters = [trainer._batches(len(r.data), r.generator, r.dp) for r in requests]
     steps = [trainer.num_steps(len(r.data), r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
-    w = stacked.to_kernel({n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()})
+    w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
-    buffers = {n: torch.empty_like(v) for n, v in w.items() if n in stacked.transposed}
+    buffers = {n: torch.empty_like(w[n]) for n in _linear_weights(trainer.model)}
     per_example_loss = _per_example_loss(trainer.loss_fn)
     plain_sgd = not cfg.momentum and not cfg.weight_decay and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
@@ -144,17 +140,16 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
                 dp.steps_taken += 1
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
         with torch.no_grad():
-            g = _apply_hooks(stacked, hooks, w_act, g, active)
+            g = _apply_hooks(hooks, w_act, g, active)
             _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay)
         for row, k in enumerate(active):
             losses[k].append(float(step_losses[row]))
             examples[k] += int(counts[row])
-    natural = stacked.from_kernel(w)
     out = []
     for k in range(len(requests)):
         seen = [v for v in losses[k] if not math.isnan(v)]
         stats = LocalStats(loss=sum(seen) / len(seen) if seen else float("nan"), steps=steps[k], examples=examples[k])
-        out.append(({n: natural[n][k] for n in names}, stats))  # views into the stacked result
+        out.append(({n: w[n][k] for n in names}, stats))  # views into the stacked result
     return out
 
 
@@ -187,27 +182,31 @@ def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, b
 
 def _linear_updates(linear: list[LayerRecord], out_grads, w: dict, lr: float, k: int) -> None:
     for rec, go in zip(linear, out_grads):
-        a = rec.saved.reshape(k, -1, rec.module.in_features).transpose(1, 2)
-        go = go.reshape(k, -1, rec.module.out_features)
-        w[_param_name(rec, "weight")].baddbmm_(a, go, alpha=-lr)
+        a = rec.saved.reshape(k, -1, rec.module.in_features)
+        go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
+        w[_param_name(rec, "weight")].baddbmm_(go, a, alpha=-lr)
         if rec.module.bias is not None:
-            w[_param_name(rec, "bias")].sub_(go.sum(1), alpha=lr)
+            w[_param_name(rec, "bias")].sub_(go.sum(2), alpha=lr)
 
 
 def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, k: int) -> None:
     for rec, go in zip(linear, out_grads):
-        a = rec.saved.reshape(k, -1, rec.module.in_features).transpose(1, 2)
-        go = go.reshape(k, -1, rec.module.out_features)
+        a = rec.saved.reshape(k, -1, rec.module.in_features)
+        go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
         name = _param_name(rec, "weight")
         if name in g:  # a layer called more than once accumulates
-            g[name].baddbmm_(a, go)
+            g[name].baddbmm_(go, a)
         elif name in buffers:
-            g[name] = torch.bmm(a, go, out=buffers[name])
+            g[name] = torch.bmm(go, a, out=buffers[name])
         else:
-            g[name] = torch.bmm(a, go)
+            g[name] = torch.bmm(go, a)
         if rec.module.bias is not None:
             bias = _param_name(rec, "bias")
-            g[bias] = g[bias] + go.sum(1) if bias in g else go.sum(1)
+            g[bias] = g[bias] + go.sum(2) if bias in g else go.sum(2)
+
+
+def _linear_weights(model: nn.Module) -> list[str]:
+    return [f"{name}.weight" if name else "weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 
 def _param_name(rec: LayerRecord, param: str) -> str:

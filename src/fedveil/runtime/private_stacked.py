@@ -20,6 +20,8 @@ does, and the sum is divided by each client's denominator (spec 002 §1.2).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -60,10 +62,10 @@ def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 def _clipped_matrix_sum(a: torch.Tensor, g: torch.Tensor, c: torch.Tensor, k: int) -> torch.Tensor:
-    """``sum_{i in client} c_i a_i^T g_i`` per client: ``(K, p, q)``."""
+    """``sum_{i in client} c_i g_i^T a_i`` per client: ``(K, q, p)``."""
     n, t, p = a.shape
     cg = (g * c.view(n, 1, 1)).reshape(k, -1, g.shape[-1])
-    return torch.bmm(a.reshape(k, -1, p).transpose(1, 2), cg)
+    return torch.bmm(cg.transpose(1, 2), a.reshape(k, -1, p))
 
 
 def _linear(rec: LayerRecord, g: torch.Tensor):
@@ -94,7 +96,7 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
         sq = sq + g.sum(1).square().sum(1)
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        sums = {"weight": _clipped_matrix_sum(a, g, c, k).transpose(1, 2).reshape(k, *m.weight.shape)}
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k).reshape(k, *m.weight.shape)}
         if has_bias:
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, m.out_channels).sum(1)
         return sums
@@ -139,6 +141,32 @@ def _embedding(rec: LayerRecord, g: torch.Tensor):
     return sq, clipped_sums
 
 
+def _noise(stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    """Standard normal noise ``(K, *shape)``: client ``k`` fills its rows
+    from ``generators[k]`` tensor by tensor in parameter order, exactly as
+    ``torch.randn(shape, generator=...)`` in the serial trainer. Filling is
+    single-threaded per call, so clients are spread over a thread pool."""
+    noise = {name: torch.empty(w[name].shape, dtype=w[name].dtype) for name in stacked.names}
+
+    def fill(rows: range) -> None:
+        for row in rows:
+            for name in stacked.names:
+                noise[name][row].normal_(generator=generators[row])
+
+    workers = max(1, min(torch.get_num_threads(), len(generators)))
+    list(_pool(workers).map(fill, [range(i, len(generators), workers) for i in range(workers)]))
+    return noise
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    if workers not in _POOLS:
+        _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="fedveil-noise")
+    return _POOLS[workers]
+
+
 _RULES = {nn.Linear: _linear, nn.Conv2d: _conv2d, nn.GroupNorm: _norm_layer, nn.LayerNorm: _norm_layer, nn.Embedding: _embedding}
 
 
@@ -153,8 +181,7 @@ def private_stacked_gradients(
     dps: list[ExampleDP],
     generators: list[torch.Generator],
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Privatised gradients of K clients' batches, in kernel layout like ``w``, and their
-    loss sums ``(K,)``.
+    """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
 
     ``mask (K, B)`` marks the real rows of the padded merged batch ``x``; padding rows
     get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
@@ -182,15 +209,12 @@ def private_stacked_gradients(
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
                 grads[name] = torch.zeros_like(w[name])
-        natural = stacked.from_kernel(grads)
+        noise = _noise(stacked, w, generators)
+        std = torch.tensor([dp.clip * dp.noise_multiplier for dp in dps], dtype=sq.dtype)
+        denominator = torch.tensor([float(dp.batch_size) for dp in dps], dtype=sq.dtype)
         noisy = {}
         for name in stacked.names:
-            rows = []
-            for row, (dp, gen) in enumerate(zip(dps, generators)):
-                std = dp.clip * dp.noise_multiplier
-                noise = torch.randn(natural[name].shape[1:], generator=gen, dtype=w[name].dtype)
-                rows.append((natural[name][row] + std * noise) / dp.batch_size)
-            noisy[name] = torch.stack(rows)
-        noisy = stacked.to_kernel(noisy)
+            per_client = (-1,) + (1,) * (grads[name].dim() - 1)
+            noisy[name] = grads[name].add_(noise[name].mul_(std.view(per_client))).div_(denominator.view(per_client))
         loss_sums = losses.detach().reshape(k, -1).sum(1)
     return noisy, loss_sums
