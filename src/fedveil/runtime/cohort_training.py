@@ -113,6 +113,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
     buffers = {n: torch.empty_like(w[n]) for n in _linear_weights(trainer.model)}
+    workspace: dict = {}  # DP noise buffers
     per_example_loss = _per_example_loss(trainer.loss_fn)
     plain_sgd = not cfg.momentum and not cfg.weight_decay and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
@@ -134,7 +135,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
             dps = [requests[k].dp for k in active]
             g, loss_sums = private_stacked_gradients(
                 stacked, trainer.model, w_act, x, y, mask, per_example_loss, dps,
-                [requests[k].generator for k in active],
+                [requests[k].generator for k in active], workspace,
             )
             for dp in dps:
                 dp.steps_taken += 1

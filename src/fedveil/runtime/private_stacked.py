@@ -141,12 +141,20 @@ def _embedding(rec: LayerRecord, g: torch.Tensor):
     return sq, clipped_sums
 
 
-def _noise(stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+def _noise(
+    stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[torch.Generator], workspace: dict
+) -> dict[str, torch.Tensor]:
     """Standard normal noise ``(K, *shape)``: client ``k`` fills its rows
     from ``generators[k]`` tensor by tensor in parameter order, exactly as
     ``torch.randn(shape, generator=...)`` in the serial trainer. Filling is
-    single-threaded per call, so clients are spread over a thread pool."""
-    noise = {name: torch.empty(w[name].shape, dtype=w[name].dtype) for name in stacked.names}
+    single-threaded per call, so clients are spread over a thread pool. Buffers are kept
+    in ``workspace`` between steps (first-touching 80 MB a step costs as much as filling it)."""
+    noise = {}
+    for name in stacked.names:
+        buf = workspace.get(name)
+        if buf is None or buf.shape != w[name].shape:
+            buf = workspace[name] = torch.empty(w[name].shape, dtype=w[name].dtype)
+        noise[name] = buf
 
     def fill(rows: range) -> None:
         for row in rows:
@@ -180,12 +188,14 @@ def private_stacked_gradients(
     per_example_loss,
     dps: list[ExampleDP],
     generators: list[torch.Generator],
+    workspace: dict | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
 
     ``mask (K, B)`` marks the real rows of the padded merged batch ``x``; padding rows
     get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
     denominator (its batch size) and draws its noise from ``generators[k]``.
+    ``workspace`` (a dict kept by the caller across steps) holds reusable buffers.
     """
     k = len(dps)
     records: list[LayerRecord] = []
@@ -199,7 +209,9 @@ def private_stacked_gradients(
         rules = [_RULES[type(r.module)](r, go) for r, go in zip(records, out_grads)]
         sq = sum(rule[0] for rule in rules)
         clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype).repeat_interleave(mask.shape[1])
-        factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask
+        denominator = torch.tensor([float(dp.batch_size) for dp in dps], dtype=sq.dtype)
+        # clip factor and the division by the client's denominator in one scale per example
+        factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask / denominator.repeat_interleave(mask.shape[1])
         grads: dict[str, torch.Tensor] = {}
         for rec, (_, clipped_sums) in zip(records, rules):
             prefix = f"{rec.name}." if rec.name else ""
@@ -209,12 +221,11 @@ def private_stacked_gradients(
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
                 grads[name] = torch.zeros_like(w[name])
-        noise = _noise(stacked, w, generators)
-        std = torch.tensor([dp.clip * dp.noise_multiplier for dp in dps], dtype=sq.dtype)
-        denominator = torch.tensor([float(dp.batch_size) for dp in dps], dtype=sq.dtype)
+        noise = _noise(stacked, w, generators, {} if workspace is None else workspace)
+        scale = torch.tensor([dp.clip * dp.noise_multiplier / dp.batch_size for dp in dps], dtype=sq.dtype)
         noisy = {}
         for name in stacked.names:
             per_client = (-1,) + (1,) * (grads[name].dim() - 1)
-            noisy[name] = grads[name].add_(noise[name].mul_(std.view(per_client))).div_(denominator.view(per_client))
+            noisy[name] = grads[name].add_(noise[name].mul_(scale.view(per_client)))
         loss_sums = losses.detach().reshape(k, -1).sum(1)
     return noisy, loss_sums
