@@ -1,0 +1,105 @@
+"""The benchmark harness and its synthetic data set (no assertions on speed)."""
+import copy
+import json
+
+import pytest
+import torch
+
+from fedveil.bench import baselines, harness
+from fedveil.bench.workloads import WORKLOADS, Case, fedveil_config, suite
+from fedveil.config import validate
+from fedveil.data import DataError
+from fedveil.data.build import build_dataset
+
+RECORD_FIELDS = {"workload", "system", "clients", "dp", "steps", "batch", "status", "note"}
+
+
+def test_suite_runs_each_system_in_a_subprocess_and_writes_json(tmp_path, monkeypatch):
+    monkeypatch.setitem(baselines.REQUIRES, "flower", ("fedveil_no_such_package",))  # a missing dependency
+    out = tmp_path / "bench.json"
+    systems = ["fedveil-serial", "plain-loop", "centralised", "flower", "fedveil-no-such-executor"]
+    records = harness.run_suite(True, str(out), systems, ["tiny"], cohorts=[3], rounds=1, dp=False, echo=None)
+
+    assert [r["system"] for r in records] == systems
+    by_system = {r["system"]: r for r in records}
+    for name in ("fedveil-serial", "plain-loop", "centralised"):
+        r = by_system[name]
+        assert r["status"] == "ok", r["note"]
+        assert RECORD_FIELDS | {"seconds_per_round", "peak_mib", "tree_peak_mib", "round_seconds"} <= set(r)
+        assert (r["workload"], r["clients"], r["dp"], r["steps"]) == ("tiny", 3, False, 2)
+        assert r["seconds_per_round"] > 0 and r["peak_mib"] > 0
+        assert len(r["round_seconds"]) == 2  # one warm-up round, one measured
+        assert r["ref_system"] == "fedveil-serial"  # vectorized was not asked for
+    assert by_system["flower"]["status"] == "n/a"
+    assert "fedveil_no_such_package not installed" in by_system["flower"]["note"]
+    assert by_system["fedveil-no-such-executor"]["status"] == "n/a"
+    assert "not available" in by_system["fedveil-no-such-executor"]["note"]
+
+    payload = json.loads(out.read_text())
+    assert {"cpu", "cores", "torch", "date"} <= set(payload["machine"])
+    assert payload["records"] == records
+    table = harness.format_table(records)
+    assert "plain-loop" in table and "n/a" in table and "ref speedup" in table
+
+
+def test_suites_pair_systems_with_the_dp_variants_they_have():
+    full = [c for c in suite(False) if baselines.supports(c.system, c.dp)]
+    assert {c.clients for c in full} == {10, 100, 1000}
+    assert {c.workload for c in full} == {"mlp", "lenet", "resnet"}
+    assert not any(c.system == "opacus" and not c.dp for c in full)
+    assert not any(c.system in ("plain-loop", "flower") and c.dp for c in full)
+    assert {c.workload for c in suite(True)} == {"mlp", "lenet"}
+    with pytest.raises(ValueError, match="unknown workload"):
+        suite(True, workloads=["nope"])
+    with pytest.raises(ValueError, match="unknown system"):
+        harness.precheck(Case("tiny", "nope", 2))
+
+
+def test_synthetic_images_give_every_client_the_rows_of_a_round():
+    raw = fedveil_config(Case("mlp", "fedveil-serial", clients=100), "serial")
+    raw["data"]["options"].update(channels=3, height=8, width=8)  # small images keep the test fast
+    data = build_dataset(validate(raw).data, seed=0)
+    assert data.num_clients == 100 and data.input_shape == (3, 8, 8) and data.num_classes == 10
+    assert set(data.train_sizes().tolist()) == {WORKLOADS["mlp"].rows_per_client}  # 320 = 10 steps x 32
+    assert len(data.test) == 256
+    labels = torch.cat([c.train.y for c in data.clients])
+    assert labels.min() >= 0 and labels.max() < 10 and len(labels.unique()) > 1
+
+
+def test_synthetic_images_default_split_and_bad_options():
+    raw = {"data": {"name": "synthetic_images", "num_clients": 10, "options": {"rows": 1000, "height": 12, "width": 10}}}
+    data = build_dataset(validate(raw).data, seed=0)
+    assert data.input_shape == (1, 12, 10)
+    assert set(data.train_sizes().tolist()) == {80}  # test_fraction 0.2 of 100 rows per client
+    with pytest.raises(DataError, match="channels"):
+        build_dataset(validate({"data": {"name": "synthetic_images", "options": {"channels": 0}}}).data, seed=0)
+
+
+def test_plain_loop_and_fedveil_compute_the_same_fedavg_round():
+    """Same initial weights, data and batches (fedveil's own batch indices), plain SGD
+    without momentum: the averaged models agree to float rounding."""
+    from fedveil.runtime import Simulation
+
+    case = Case("tiny", "fedveil-serial", clients=3, rounds=1, warmup=0)
+    sim = Simulation.from_config(validate(fedveil_config(case, "serial")))
+    cohort = [int(c) for c in sim.schedule[0]]
+    clients = [(sim.data.clients[c].train.x, sim.data.clients[c].train.y) for c in cohort]
+    model = copy.deepcopy(sim.model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(sim.init[name])
+
+    def fedveil_batches(i, n):
+        return sim.trainer.batch_indices(n, sim.task(cohort[i], 0).generator)
+
+    baselines.plain_fedavg_round(model, clients, fedveil_batches, WORKLOADS["tiny"].lr)
+    state = sim.fresh_state()
+    sim.train_round(state, 0)
+    for name, p in model.named_parameters():
+        assert not torch.equal(p, sim.init[name])  # the round moved the model
+        torch.testing.assert_close(p.detach(), state["server"]["params"][name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_case_over_its_time_limit_is_killed_and_reported():
+    record = harness.run_case(Case("tiny", "plain-loop", clients=2), timeout_s=0.3)
+    assert record["status"] == "timeout" and "killed" in record["note"]
