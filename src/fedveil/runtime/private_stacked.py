@@ -107,8 +107,9 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
 def _norm_layer(rec: LayerRecord, g: torch.Tensor):
     """GroupNorm (channel dim 1) and LayerNorm (trailing normalized_shape)."""
     m, n = rec.module, g.shape[0]
-    if isinstance(m, nn.GroupNorm):
-        per_w = (g * rec.saved).reshape(n, m.num_channels, -1).sum(2)
+    if isinstance(m, nn.GroupNorm):  # saved is the input: normalise it again (no affine)
+        normed = F.group_norm(rec.saved, m.num_groups, None, None, m.eps)
+        per_w = (g * normed).reshape(n, m.num_channels, -1).sum(2)
         per_b = g.reshape(n, m.num_channels, -1).sum(2)
     else:
         shape = tuple(m.normalized_shape)
