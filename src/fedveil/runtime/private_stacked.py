@@ -45,38 +45,51 @@ def _sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
 
 
-def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``||g_i^T a_i||_F^2`` for ``a (N, T, p)``, ``g (N, T, q)``: ghost or materialised."""
+MATERIALISE_LIMIT = 64 * 2**20  # floats of per-example gradients kept for the clipped sum
+
+
+def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``||g_i^T a_i||_F^2`` for ``a (N, T, p)``, ``g (N, T, q)``: ghost (two T x T Gram
+    matrices) when ``T^2 <= p q``, else materialised ``g_i^T a_i``, which are also
+    returned (``(N, q, p)``) when they fit :data:`MATERIALISE_LIMIT`, for the clipped sum."""
     n, t, p = a.shape
     q = g.shape[-1]
     if t == 1:
-        return a.square().sum((1, 2)) * g.square().sum((1, 2))
+        return a.square().sum((1, 2)) * g.square().sum((1, 2)), None
+    ghost = t * t <= p * q
+    keep = not ghost and n * p * q <= MATERIALISE_LIMIT
     out = torch.empty(n, dtype=a.dtype)
+    per_example = torch.empty(n, q, p, dtype=a.dtype) if keep else None
     for s in range(0, n, CHUNK):
         a_s, g_s = a[s : s + CHUNK], g[s : s + CHUNK]
-        if t * t <= p * q:  # ghost: two T x T Gram matrices
+        if ghost:
             out[s : s + CHUNK] = (torch.bmm(a_s, a_s.transpose(1, 2)) * torch.bmm(g_s, g_s.transpose(1, 2))).sum((1, 2))
         else:
-            out[s : s + CHUNK] = torch.bmm(g_s.transpose(1, 2), a_s).square().sum((1, 2))
-    return out
+            grads = torch.bmm(g_s.transpose(1, 2), a_s)
+            out[s : s + CHUNK] = grads.square().sum((1, 2))
+            if keep:
+                per_example[s : s + CHUNK] = grads
+    return out, per_example
 
 
-def _clipped_matrix_sum(a: torch.Tensor, g: torch.Tensor, c: torch.Tensor, k: int) -> torch.Tensor:
+def _clipped_matrix_sum(a, g, c: torch.Tensor, k: int, per_example: torch.Tensor | None) -> torch.Tensor:
     """``sum_{i in client} c_i g_i^T a_i`` per client: ``(K, q, p)``."""
     n, t, p = a.shape
+    if per_example is not None:  # already materialised: a weighted sum over each client's examples
+        return (per_example * c.view(n, 1, 1)).reshape(k, -1, *per_example.shape[1:]).sum(1)
     cg = (g * c.view(n, 1, 1)).reshape(k, -1, g.shape[-1])
     return torch.bmm(cg.transpose(1, 2), a.reshape(k, -1, p))
 
 
 def _linear(rec: LayerRecord, g: torch.Tensor):
     a, g = _sequence(rec.saved, g)
-    sq = _matrix_sq_norms(a, g)
+    sq, per_example = _matrix_sq_norms(a, g)
     has_bias = rec.module.bias is not None
     if has_bias:
         sq = sq + g.sum(1).square().sum(1)
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        sums = {"weight": _clipped_matrix_sum(a, g, c, k)}
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k, per_example)}
         if has_bias:
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, g.shape[-1]).sum(1)
         return sums
@@ -90,13 +103,13 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
     cols = F.unfold(rec.saved, m.kernel_size, m.dilation, m.padding, m.stride)  # (N, C_in k k, L)
     a = cols.transpose(1, 2)  # (N, L, C_in k k)
     g = g.reshape(n, m.out_channels, -1).transpose(1, 2)  # (N, L, C_out)
-    sq = _matrix_sq_norms(a, g)
+    sq, per_example = _matrix_sq_norms(a, g)
     has_bias = m.bias is not None
     if has_bias:
         sq = sq + g.sum(1).square().sum(1)
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        sums = {"weight": _clipped_matrix_sum(a, g, c, k).reshape(k, *m.weight.shape)}
+        sums = {"weight": _clipped_matrix_sum(a, g, c, k, per_example).reshape(k, *m.weight.shape)}
         if has_bias:
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, m.out_channels).sum(1)
         return sums
