@@ -1,2 +1,2 @@
 """The fast engine: K clients' models trained as one stacked computation."""
-from .stacked import StackedModel, UnsupportedModelError, stack_params, unstack  # noqa: F401
+from .stacked import StackedModel, UnsupportedModelError, stack_params  # noqa: F401

@@ -216,8 +216,4 @@ def stack_params(param_sets: list[Params], names: list[str]) -> Stacked:
     return {n: torch.stack([p[n] for p in param_sets]) for n in names}
 
 
-def unstack(stacked: Stacked, k: int) -> Params:
-    return {n: v[k] for n, v in stacked.items()}
-
-
-__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "unstack", "BATCHED"]
+__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "BATCHED"]

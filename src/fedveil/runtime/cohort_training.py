@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -232,4 +231,4 @@ def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay
             w[name].index_copy_(0, index, w_act[name].sub_(grad, alpha=lr))
 
 
-__all__: list[Any] = ["TrainRequest", "train_stacked"]
+__all__ = ["TrainRequest", "train_stacked"]
