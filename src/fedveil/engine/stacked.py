@@ -157,6 +157,10 @@ class LayerRecord:
     output: torch.Tensor  # merged (K * B, ...)
     saved: torch.Tensor  # see BATCHED
 
+    def param_name(self, param: str) -> str:
+        """The model-level name of this layer's parameter ``param`` (e.g. ``"fc1.weight"``)."""
+        return f"{self.name}.{param}" if self.name else param
+
 
 class _StackedInterpreter(fx.Interpreter):
     def __init__(self, graph_module: fx.GraphModule, stacked: Stacked, k: int, record: list | None) -> None:

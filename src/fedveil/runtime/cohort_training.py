@@ -70,25 +70,46 @@ def _gather_batches(requests: list[TrainRequest], batches: list[torch.Tensor], a
     return x, y, mask
 
 
-def _apply_hooks(hooks: list[GradHook | None], w: dict, g: dict, rows: list[int]) -> dict:
+@dataclass
+class _AffineTerms:
+    """The cohort's affine gradient terms stacked once per round: ``g += scale * w + offset``."""
+
+    scales: torch.Tensor | None  # (K,), None when every scale is 0
+    offsets: dict[str, torch.Tensor]  # name -> (K, *shape)
+
+    @classmethod
+    def stack(cls, hooks: list[GradHook | None], w: dict) -> "_AffineTerms | None":
+        """None unless every hook is affine (or absent) and at least one is present."""
+        if all(h is None for h in hooks) or not all(h is None or isinstance(h, AffineGradTerm) for h in hooks):
+            return None
+        scales = [h.scale if h is not None else 0.0 for h in hooks]
+        offsets = [h.offset if h is not None and h.offset is not None else {} for h in hooks]
+        stacked = {}
+        for name, value in w.items():
+            if any(name in o for o in offsets):
+                zero = torch.zeros_like(value[0])
+                stacked[name] = torch.stack([o.get(name, zero) for o in offsets])
+        return cls(torch.tensor(scales) if any(scales) else None, stacked)
+
+    def add_to(self, g: dict, w: dict, index: torch.Tensor | None) -> None:
+        scales = self.scales
+        if scales is not None and index is not None:
+            scales = scales.index_select(0, index)
+        for name, grad in g.items():
+            if scales is not None:
+                grad.add_(scales.to(grad.dtype).view(-1, *([1] * (grad.dim() - 1))) * w[name])
+            if name in self.offsets:
+                grad.add_(self.offsets[name] if index is None else self.offsets[name].index_select(0, index))
+
+
+def _apply_hooks(hooks: list[GradHook | None], affine: _AffineTerms | None, w: dict, g: dict,
+                 rows: list[int], index: torch.Tensor | None) -> dict:
     """Add the clients' gradient terms: stacked when they are all affine, else one client at a time."""
+    if affine is not None:
+        affine.add_to(g, w, index)
+        return g
     chosen = [hooks[k] for k in rows]
     if all(h is None for h in chosen):
-        return g
-    if all(h is None or isinstance(h, AffineGradTerm) for h in chosen):
-        scales = [h.scale if h is not None else 0.0 for h in chosen]
-        offsets = [h.offset if h is not None and h.offset is not None else {} for h in chosen]
-        stacked_offsets = {}
-        for name in g:
-            if any(name in o for o in offsets):
-                zero = torch.zeros_like(w[name][0])
-                stacked_offsets[name] = torch.stack([o.get(name, zero) for o in offsets])
-        for name, grad in g.items():
-            if any(scales):
-                scale = torch.tensor(scales, dtype=grad.dtype).view(-1, *([1] * (grad.dim() - 1)))
-                grad.add_(scale * w[name])
-            if name in stacked_offsets:
-                grad.add_(stacked_offsets[name])
         return g
     rows_out = []
     for row, hook in enumerate(chosen):
@@ -111,6 +132,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     hooks = [r.grad_hook for r in requests]
     w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
+    affine = _AffineTerms.stack(hooks, w)
     buffers = {n: torch.empty_like(w[n]) for n in _linear_weights(trainer.model)}
     workspace: dict = {}  # DP noise buffers
     per_example_loss = _per_example_loss(trainer.loss_fn)
@@ -140,7 +162,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
                 dp.steps_taken += 1
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
         with torch.no_grad():
-            g = _apply_hooks(hooks, w_act, g, active)
+            g = _apply_hooks(hooks, affine, w_act, g, active, index)
             _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay)
         for row, k in enumerate(active):
             losses[k].append(float(step_losses[row]))
@@ -168,7 +190,7 @@ def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, b
     out = stacked(leaves, x, k, records)
     batch_loss = (per_example_loss(out, y).reshape(k, -1) * mask).sum(1) / counts
     linear = [r for r in records if isinstance(r.module, nn.Linear)]
-    by_bmm = {_param_name(r, p) for r in linear for p in ("weight", "bias")}
+    by_bmm = {r.param_name(p) for r in linear for p in ("weight", "bias")}
     others = [n for n in leaves if n not in by_bmm]
     grads = torch.autograd.grad(batch_loss.sum(), [r.output for r in linear] + [leaves[n] for n in others])
     g = dict(zip(others, grads[len(linear):]))
@@ -184,16 +206,16 @@ def _linear_updates(linear: list[LayerRecord], out_grads, w: dict, lr: float, k:
     for rec, go in zip(linear, out_grads):
         a = rec.saved.reshape(k, -1, rec.module.in_features)
         go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
-        w[_param_name(rec, "weight")].baddbmm_(go, a, alpha=-lr)
+        w[rec.param_name("weight")].baddbmm_(go, a, alpha=-lr)
         if rec.module.bias is not None:
-            w[_param_name(rec, "bias")].sub_(go.sum(2), alpha=lr)
+            w[rec.param_name("bias")].sub_(go.sum(2), alpha=lr)
 
 
 def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, k: int) -> None:
     for rec, go in zip(linear, out_grads):
         a = rec.saved.reshape(k, -1, rec.module.in_features)
         go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
-        name = _param_name(rec, "weight")
+        name = rec.param_name("weight")
         if name in g:  # a layer called more than once accumulates
             g[name].baddbmm_(go, a)
         elif name in buffers:
@@ -201,16 +223,12 @@ def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, 
         else:
             g[name] = torch.bmm(go, a)
         if rec.module.bias is not None:
-            bias = _param_name(rec, "bias")
+            bias = rec.param_name("bias")
             g[bias] = g[bias] + go.sum(2) if bias in g else go.sum(2)
 
 
 def _linear_weights(model: nn.Module) -> list[str]:
     return [f"{name}.weight" if name else "weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-
-
-def _param_name(rec: LayerRecord, param: str) -> str:
-    return f"{rec.name}.{param}" if rec.name else param
 
 
 def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay: float) -> None:

@@ -228,9 +228,8 @@ def private_stacked_gradients(
         factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask / denominator.repeat_interleave(mask.shape[1])
         grads: dict[str, torch.Tensor] = {}
         for rec, (_, clipped_sums) in zip(records, rules):
-            prefix = f"{rec.name}." if rec.name else ""
             for pname, value in clipped_sums(factors, k).items():
-                key = prefix + pname
+                key = rec.param_name(pname)
                 grads[key] = grads[key] + value if key in grads else value  # a layer called twice
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
