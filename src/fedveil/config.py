@@ -111,6 +111,10 @@ class ClientConfig(_Section):
     )
     lr_decay: float = Field(0.1, gt=0.0, le=1.0, description="factor for step / per-round factor for exponential")
     lr_step_rounds: int = Field(50, ge=1, description="rounds between decays of the step schedule")
+    loss: Literal["auto", "cross_entropy", "hinge", "mse", "half_mse"] = Field(
+        "auto", description="training loss: auto = cross_entropy for classification, mse for regression; "
+        "hinge = multi-class SVM hinge; half_mse = (y_hat - y)^2 / 2 as in the MR-MTL paper"
+    )
 
 
 class FederationConfig(_Section):
@@ -118,6 +122,10 @@ class FederationConfig(_Section):
     clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
     sampling: Literal["fixed", "poisson"] = Field(
         "fixed", description="fixed-size cohorts without replacement, or each client independently (Poisson)"
+    )
+    client_state: Literal["memory", "disk"] = Field(
+        "memory", description="where per-client state (SCAFFOLD controls, local models) is kept: all in memory, "
+        "or one file per client under RUN_DIR/client_states so memory grows with the cohort, not the population"
     )
 
 

@@ -8,7 +8,10 @@ from pydantic import ValidationError
 from fedveil.algorithms import ALGORITHMS
 from harness import make_algorithm, run_rounds
 
-NAMES = ["fedadam", "fedavg", "fedavg_ft", "fedavgm", "fednova", "fedprox", "fedyogi", "local", "scaffold"]
+NAMES = [
+    "ditto", "fedadam", "fedavg", "fedavg_ft", "fedavg_then_local", "fedavgm", "fednova", "fedprox", "fedyogi", "ifca",
+    "local", "mocha", "mr_mtl", "scaffold",
+]
 
 
 def test_registered_names():

@@ -99,3 +99,11 @@ def test_school_download(tmp_path, monkeypatch):
     source = load_school(tmp_path / "cache", download=True)
     assert len(source.train) == sum(SIZES)
     assert os.listdir(tmp_path / "cache") == ["school.mat"]
+
+
+def test_school_normalised_scores(tmp_path):
+    xs, ys = school_data()
+    ys = [np.array([[1.0], [70.0], [35.5]]), np.array([[24.0]]), np.array([[47.0], [2.0]])]
+    source = load_school(write_mat(tmp_path, X=xs, Y=ys), download=False, normalize_target=True)
+    want = [0.0, 1.0, 0.5, 23 / 69, 46 / 69, 1 / 69]
+    np.testing.assert_allclose(source.train.y.numpy(), want, rtol=1e-6)

@@ -98,6 +98,36 @@ def test_book_keeping_clipped_sum_equals_materialised_per_example_gradients(cls)
         assert float(loss_sums[c]) == pytest.approx(float(losses.sum()), rel=1e-5)
 
 
+@pytest.mark.parametrize("cls", [TokenModel, ConvModel])
+def test_clipped_term_joins_each_per_example_gradient_before_clipping(cls):
+    """MR-MTL's lambda (w - w_bar) inside the clip: book-keeping with the cross terms
+    <g_i, r> vs vmap per-example gradients with ``extra_grad`` (the serial path)."""
+    k, b, clip, lam = 3, 4, 0.08, 0.7
+    models = make_models(cls, k)
+    stacked = StackedModel(models[0])
+    params = stack_params([{n: p.detach() for n, p in m.named_parameters()} for m in models], stacked.names)
+    anchor = {n: torch.randn(v.shape[1:], generator=torch.Generator().manual_seed(3)) for n, v in params.items()}
+    term = {n: lam * (v - anchor[n]) for n, v in params.items()}  # (K, *shape)
+    x = inputs(cls, k * b)
+    y = torch.randint(0, 3, (k * b,), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(k, b)
+    mask[2, 1:] = 0
+    loss = nn.functional.cross_entropy
+    per_example_loss = vmap(lambda o, t: loss(o.unsqueeze(0), t.unsqueeze(0)))
+    dps = [ExampleDP(clip, 0.0, "shuffle", b) for _ in range(k)]
+    gens = [torch.Generator().manual_seed(c) for c in range(k)]
+    got, _ = private_stacked_gradients(stacked, models[0], params, x, y, mask, per_example_loss, dps, gens, term=term)
+    for c in range(k):
+        rows = int(mask[c].sum())
+        sl = slice(c * b, c * b + rows)
+        own = {n: v[c] for n, v in params.items()}
+        grads, _ = per_example_grads(models[0], own, x[sl], y[sl], loss, lambda p: {n: lam * (p[n] - anchor[n]) for n in p})
+        clipped, norms = clip_per_example(grads, clip)
+        assert (norms > clip).any()
+        for name in stacked.names:
+            torch.testing.assert_close(got[name][c], clipped[name].sum(0) / b, rtol=1e-4, atol=1e-7)
+
+
 def test_noise_is_drawn_from_each_clients_generator_in_parameter_order():
     models = make_models(ConvModel, 2)
     stacked = StackedModel(models[0])

@@ -46,6 +46,14 @@ CASES = {
     "dp-resnet": {"model": {"name": "resnet", "options": {"depth": 1, "width": 0.25, "groups": 2}}, "federation": {"rounds": 2},
                   "privacy": {"level": "example", "noise_multiplier": 1.0, "clip": 0.1}},
     "client-level-dp": {"privacy": {"level": "client", "noise_multiplier": 1.0}, "data": {"num_clients": 8}},
+    # silo-specific DP with the regulariser clipped inside DP-SGD (book-keeping cross terms)
+    "mr-mtl-dp-mlp": {"algorithm": {"name": "mr_mtl", "lam": 0.5}, "model": {"name": "mlp", "options": {"hidden": [16]}},
+                      "privacy": {"level": "example", "epsilon": 4.0, "clip": 0.5}},
+    "ditto-dp": {"algorithm": {"name": "ditto", "lam": 0.3}, "privacy": {"level": "example", "epsilon": 4.0}},
+    "mocha-dp": {"algorithm": {"name": "mocha", "lam": 0.3}, "privacy": {"level": "example", "epsilon": 4.0}},
+    "ifca-dp": {"algorithm": {"name": "ifca", "clusters": 2, "select_fraction": 0.5, "fedavg_fraction": 0.5, "lam": 0.2},
+                "privacy": {"level": "example", "epsilon": 4.0}},
+    "fedavg-then-local": {"algorithm": {"name": "fedavg_then_local", "switch_fraction": 0.4}},
 }
 
 

@@ -7,5 +7,10 @@ from . import scaffold  # noqa: F401  (registers)
 from . import fednova  # noqa: F401  (registers)
 from . import local_only  # noqa: F401  (registers)
 from . import finetune  # noqa: F401  (registers)
+from . import fedavg_then_local  # noqa: F401  (registers)
+from . import mean_regularized  # noqa: F401  (registers)
+from . import ditto  # noqa: F401  (registers)
+from . import mocha  # noqa: F401  (registers)
+from . import ifca  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

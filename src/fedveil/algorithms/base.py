@@ -17,6 +17,7 @@ from ..params import Params
 from ..registry import Registry
 
 if TYPE_CHECKING:  # annotations only: importing the runtime here would be circular
+    from ..privacy.accounting import Release
     from ..privacy.dp_sgd import ExampleDP
     from ..runtime.local import LocalStats, LocalTrainer
 
@@ -50,6 +51,7 @@ class ClientTask:
     generator: torch.Generator
     trainer: LocalTrainer
     dp: ExampleDP | None = None  # DP-SGD settings when privacy.level = "example"; pass to trainer.train
+    privacy_budget: float | None = None  # the client's epsilon target under example-level DP, if one is set
 
 
 @dataclass
@@ -60,6 +62,9 @@ class ClientResult:
     state: State | None = None
     stats: LocalStats | None = None
     extra_metrics: dict[str, float] = field(default_factory=dict)
+    # noisy releases about the client's data other than DP-SGD steps (e.g. IFCA's private
+    # cluster choice); the runtime records them in the client's privacy ledger
+    releases: list[Release] = field(default_factory=list)
 
 
 class Algorithm:
@@ -74,6 +79,9 @@ class Algorithm:
     # Client-level DP: the message is only a model delta the server may clip, average
     # uniformly and noise (FedAvg family); control variates or step counts would leak.
     supports_client_dp: ClassVar[bool] = False
+    # Full local trainings (``trainer.train`` calls with ``task.dp``) per round; the privacy
+    # plan accounts this many DP-SGD schedules per participation (Ditto: 2).
+    trainings_per_round: ClassVar[int] = 1
 
     def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
         self.hp = params
@@ -91,6 +99,11 @@ class Algorithm:
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
         raise NotImplementedError
+
+    def planned_releases(self, client_id: int, num_train: int, budget: float | None, rounds: list[int]) -> list[Release]:
+        """The ``releases`` client ``client_id`` will return over the run if it takes part in
+        ``rounds``, so that DP-SGD noise is calibrated to leave room for them."""
+        return []
 
     def global_params(self, server_state: State) -> Params:
         return server_state["params"]

@@ -14,10 +14,22 @@ from ..params import Params
 
 @dataclass(frozen=True)
 class AffineGradTerm:
-    """``g + scale * w + offset`` (``offset`` may name a subset of the parameters)."""
+    """``g + scale * w + offset`` (``offset`` may name a subset of the parameters).
+
+    ``clipped``: under DP-SGD the term is the gradient of an example-independent part of
+    every example's objective (MR-MTL's ``lambda/2 ||w - w_bar||^2``), so it is added to
+    each per-example gradient *before* clipping and clipped with it (spec 002 §1.2 note,
+    [C1] ``privatize_grad_hk``). Otherwise (the default) it is added to the privatised
+    gradient, which is post-processing. Without DP both are the same.
+    """
 
     scale: float = 0.0
     offset: Params | None = None
+    clipped: bool = False
+
+    def value(self, w: Params) -> Params:
+        """The term alone, ``scale * w + offset``, for every parameter of ``w``."""
+        return self(w, {k: v.new_zeros(v.shape) for k, v in w.items()})
 
     def __call__(self, w: Params, g: Params) -> Params:
         out = {}

@@ -85,6 +85,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
+from .sgm_rdp import poisson_gaussian_rdp
 
 __all__ = [
     "ACCOUNTANTS",
@@ -494,14 +495,23 @@ class _DropNonConvergence(logging.Filter):
 _ABSL_LOGGER = logging.getLogger("absl")
 
 
+def _is_poisson_gaussian(event: dp_event.DpEvent) -> bool:
+    return isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(event.event, dp_event.GaussianDpEvent)
+
+
 @functools.lru_cache(maxsize=8192)
 def _rdp_unit(key: str, relation: NeighboringRelation, orders: tuple) -> np.ndarray:
     """RDP curve of one application of the event with JSON key ``key``."""
+    event = event_from_dict(json.loads(key))
+    if relation is NeighboringRelation.ADD_OR_REMOVE_ONE and _is_poisson_gaussian(event):
+        vec = poisson_gaussian_rdp(event.sampling_probability, event.event.noise_multiplier, orders)
+        vec.setflags(write=False)
+        return vec
     acc = rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=relation)
     quiet = _DropNonConvergence()
     _ABSL_LOGGER.addFilter(quiet)
     try:
-        acc.compose(event_from_dict(json.loads(key)), 1)
+        acc.compose(event, 1)
     finally:
         _ABSL_LOGGER.removeFilter(quiet)
     vec = acc.rdp

@@ -76,12 +76,16 @@ class _AffineTerms:
 
     scales: torch.Tensor | None  # (K,), None when every scale is 0
     offsets: dict[str, torch.Tensor]  # name -> (K, *shape)
+    clipped: bool  # added to every per-example gradient before DP clipping (AffineGradTerm.clipped)
 
     @classmethod
     def stack(cls, hooks: list[GradHook | None], w: dict) -> "_AffineTerms | None":
         """None unless every hook is affine (or absent) and at least one is present."""
         if all(h is None for h in hooks) or not all(h is None or isinstance(h, AffineGradTerm) for h in hooks):
             return None
+        clipped = {h.clipped for h in hooks if h is not None}
+        if len(clipped) > 1:
+            raise ValueError("a cohort mixes clipped and unclipped gradient terms; an algorithm must use one kind")
         scales = [h.scale if h is not None else 0.0 for h in hooks]
         offsets = [h.offset if h is not None and h.offset is not None else {} for h in hooks]
         stacked = {}
@@ -89,7 +93,13 @@ class _AffineTerms:
             if any(name in o for o in offsets):
                 zero = torch.zeros_like(value[0])
                 stacked[name] = torch.stack([o.get(name, zero) for o in offsets])
-        return cls(torch.tensor(scales) if any(scales) else None, stacked)
+        return cls(torch.tensor(scales) if any(scales) else None, stacked, clipped.pop())
+
+    def values(self, w: dict, index: torch.Tensor | None) -> dict:
+        """The terms alone, ``scale_k * w_k + offset_k``, for every parameter: ``(K_active, *shape)``."""
+        g = {name: torch.zeros_like(v) for name, v in w.items()}
+        self.add_to(g, w, index)
+        return g
 
     def add_to(self, g: dict, w: dict, index: torch.Tensor | None) -> None:
         scales = self.scales
@@ -146,6 +156,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         index = None if len(active) == len(requests) else torch.tensor(active)
         w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
         counts = mask.sum(1)
+        in_clip = False
         if requests[active[0]].dp is None:
             # plain SGD on everyone: Linear weights are updated inside their gradient bmm
             fuse_lr = lr if plain_sgd and index is None else None
@@ -154,15 +165,18 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
             )
         else:
             dps = [requests[k].dp for k in active]
+            in_clip = affine is not None and affine.clipped
             g, loss_sums = private_stacked_gradients(
                 stacked, trainer.model, w_act, x, y, mask, per_example_loss, dps,
                 [requests[k].generator for k in active], workspace,
+                term=affine.values(w_act, index) if in_clip else None,
             )
             for dp in dps:
                 dp.steps_taken += 1
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
         with torch.no_grad():
-            g = _apply_hooks(hooks, affine, w_act, g, active, index)
+            if not in_clip:  # a clipped term is already inside the private gradient
+                g = _apply_hooks(hooks, affine, w_act, g, active, index)
             _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay)
         for row, k in enumerate(active):
             losses[k].append(float(step_losses[row]))

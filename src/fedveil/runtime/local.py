@@ -17,19 +17,47 @@ from torch.func import functional_call
 
 from ..config import ClientConfig
 from ..data.arrays import ArrayDataset
+from ..engine.grad_terms import AffineGradTerm
 from ..params import Params
 from ..privacy.dp_sgd import ExampleDP, private_gradient
 
 GradHook = Callable[[Params, Params], Params]
 
 
-def task_loss(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Mean cross-entropy for classification, mean squared error for regression."""
-    if task == "classification":
+CLASSIFICATION_LOSSES = ("cross_entropy", "hinge")
+REGRESSION_LOSSES = ("mse", "half_mse")
+
+
+def multiclass_hinge(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Weston-Watkins SVM loss, mean over the batch of sum_{j != y} max(0, 1 - f_y + f_j);
+    with two classes it is the binary hinge max(0, 1 - m) on the margin m = f_y - f_other."""
+    true = out.gather(1, y.view(-1, 1))
+    margins = (1.0 - true + out).clamp(min=0.0)
+    return (margins.sum(1) - 1.0).mean()  # the j = y term contributes exactly 1
+
+
+def task_loss(task: str, name: str = "auto") -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The batch-mean training loss ``name`` for ``task`` ("auto": cross-entropy for
+    classification, mean squared error for regression)."""
+    if task not in ("classification", "regression"):
+        raise ValueError(f"unknown task '{task}'")
+    if name == "auto":
+        name = "cross_entropy" if task == "classification" else "mse"
+    allowed = CLASSIFICATION_LOSSES if task == "classification" else REGRESSION_LOSSES
+    if name not in allowed:
+        raise ValueError(f"loss '{name}' does not fit a {task} task; choose one of {', '.join(allowed)}")
+    if name == "cross_entropy":
         return F.cross_entropy
-    if task == "regression":
+    if name == "hinge":
+        return multiclass_hinge
+    if name == "mse":
         return lambda out, y: F.mse_loss(out.reshape(y.shape), y)
-    raise ValueError(f"unknown task '{task}'")
+    return lambda out, y: 0.5 * F.mse_loss(out.reshape(y.shape), y)
+
+
+def is_clipped_term(hook: GradHook | None) -> bool:
+    """Whether ``hook`` belongs inside DP-SGD's per-example clipping (see :class:`AffineGradTerm`)."""
+    return isinstance(hook, AffineGradTerm) and hook.clipped
 
 
 @dataclass
@@ -104,9 +132,12 @@ class LocalTrainer:
 
         With ``dp`` each step's gradient is the DP-SGD estimate (clipped per-example
         gradients, Gaussian noise, divided by the batch size); the algorithm's
-        ``grad_hook``, weight decay and momentum then act on it as post-processing.
+        ``grad_hook``, weight decay and momentum then act on it as post-processing,
+        except a ``clipped`` :class:`AffineGradTerm`, which is added to every
+        per-example gradient before clipping.
         """
         lr, c = self.lr_at(round_idx), self.config
+        in_clip = dp is not None and is_clipped_term(grad_hook)
         w = {k: v.detach().clone() for k, v in params.items()}
         momentum: Params | None = None
         losses, examples = [], 0
@@ -117,10 +148,11 @@ class LocalTrainer:
                 private = private_gradient(
                     self.model, w, data.x[idx], data.y[idx], self.loss_fn, clip=dp.clip,
                     noise_multiplier=dp.noise_multiplier, denominator=dp.batch_size, generator=generator,
+                    extra_grad=grad_hook.value if in_clip else None,
                 )
                 loss, g = private.loss, private.grad
                 dp.steps_taken += 1
-            if grad_hook is not None:
+            if grad_hook is not None and not in_clip:
                 g = grad_hook(w, g)
             if c.weight_decay:
                 g = {k: g[k] + c.weight_decay * w[k] for k in w}

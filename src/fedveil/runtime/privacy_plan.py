@@ -106,10 +106,14 @@ class RunPrivacy:
                 steps_round_accounted = math.ceil(steps_round / per_epoch) * per_epoch
             else:
                 steps_round_accounted = steps_round
+            steps_round_accounted *= algorithm.trainings_per_round
             total = len(rounds_of[cid]) * steps_round_accounted
             budget = cfg.client_epsilons[cid] if cfg.client_epsilons is not None else cfg.epsilon
-            z, planned = self._noise_for(budget, batch / n, steps_round_accounted, rounds_of[cid], n, f"client {cid}")
-            self.clients[cid] = ClientPlan(batch, batch / n, steps_round, total, z, planned, budget)
+            extras = algorithm.planned_releases(cid, n, budget, rounds_of[cid])
+            z, planned = self._noise_for(
+                budget, batch / n, steps_round_accounted, rounds_of[cid], n, f"client {cid}", extras
+            )
+            self.clients[cid] = ClientPlan(batch, batch / n, steps_round * algorithm.trainings_per_round, total, z, planned, budget)
 
     def _plan_client_level(self, algorithm, rounds: int, sampling: str, cohort: int, num_clients: int) -> None:
         cfg = self.config
@@ -142,16 +146,19 @@ class RunPrivacy:
         return args
 
     def _noise_for(
-        self, budget: float | None, rate: float, steps_per_round: int, rounds: list[int], population: int, who: str
+        self, budget: float | None, rate: float, steps_per_round: int, rounds: list[int], population: int, who: str,
+        extras: list | None = None,
     ) -> tuple[float, float]:
         """Noise multiplier (at shape 1) and planned epsilon for ``steps_per_round`` releases
-        at sampling ``rate`` in each of ``rounds``."""
+        at sampling ``rate`` in each of ``rounds`` (plus the algorithm's ``extras``)."""
         cfg = self.config
         args = {**self._sampling_args(population), "accountant": cfg.accountant}
         steps = steps_per_round * len(rounds)
         if steps == 0:
             return cfg.noise_multiplier or 1.0, 0.0
         try:
+            if extras:
+                return self._noise_with_extras(budget, rate, steps, population, who, extras, args)
             if cfg.noise_schedule.name != "constant":
                 shape = self.shape[rounds]
                 zs = calibrate_noise_schedule(shape, budget, cfg.delta, rate, steps_per_round, rtol=SCHEDULE_RTOL, **args)
@@ -169,6 +176,39 @@ class RunPrivacy:
                 f"raise noise_multiplier, lower rounds/epochs, or drop noise_multiplier to calibrate it"
             )
         return z, planned
+
+    def _noise_with_extras(self, budget, rate, steps, population, who, extras, args) -> tuple[float, float]:
+        """Constant noise calibrated so that the DP-SGD steps and ``extras`` together spend ``budget``."""
+        cfg = self.config
+        if cfg.noise_schedule.name != "constant":
+            raise ConfigError(f"privacy.noise_schedule: {who} makes releases besides DP-SGD steps; use a constant schedule")
+        if cfg.noise_multiplier is not None:
+            z = cfg.noise_multiplier
+        elif budget is None:
+            raise ConfigError(f"privacy: {who} needs privacy.epsilon to size its extra releases")
+        else:
+            z = calibrate_noise(budget, cfg.delta, rate, steps, extra_events=extras, **args)
+        probe = PrivacyLedger(cfg.accountant)
+        probe.record_gaussian_steps(who, z, rate, steps, **self._sampling_args(population))
+        for release in extras:
+            probe.record(who, release)
+        planned = probe.epsilons(cfg.delta)[who]
+        if budget is not None and planned > budget * (1 + 1e-9):
+            raise ConfigError(
+                f"privacy: the plan for {who} ({steps} noisy steps at noise_multiplier={z:.4g} plus "
+                f"{sum(r.count for r in extras)} other releases) spends epsilon={planned:.4g} > budget {budget:.4g}"
+            )
+        return z, planned
+
+    def budget_of(self, cid: int) -> float | None:
+        """Client ``cid``'s epsilon target (example level), if one is set."""
+        plan = self.clients.get(cid)
+        return None if plan is None else plan.budget
+
+    def record_releases(self, cid: int, releases: list) -> None:
+        """Account the algorithm's other releases about client ``cid``'s data (e.g. IFCA selections)."""
+        for release in releases:
+            self.ledger.record(cid, release)
 
     # -------------------------------------------------------------- during the run
     def task_dp(self, cid: int, round_idx: int) -> ExampleDP | None:

@@ -81,6 +81,18 @@ def _clipped_matrix_sum(a, g, c: torch.Tensor, k: int, per_example: torch.Tensor
     return torch.bmm(cg.transpose(1, 2), a.reshape(k, -1, p))
 
 
+def _matrix_dots(a: torch.Tensor, g: torch.Tensor, r: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``<g_i^T a_i, R_k> (+ <sum_t g_it, r_k>)`` per example, for ``a (N, T, p)``,
+    ``g (N, T, q)`` and client terms ``R (K, q, p)``, ``bias (K, q)``: one bmm, nothing materialised."""
+    n, t, p = a.shape
+    k = r.shape[0]
+    projected = torch.bmm(a.reshape(k, -1, p), r.transpose(1, 2)).reshape(n, t, -1)  # a_it R_k^T
+    dots = (projected * g).sum((1, 2))
+    if bias is not None:
+        dots = dots + (g.sum(1) * bias.repeat_interleave(n // k, 0)).sum(1)
+    return dots
+
+
 def _linear(rec: LayerRecord, g: torch.Tensor):
     a, g = _sequence(rec.saved, g)
     sq, per_example = _matrix_sq_norms(a, g)
@@ -94,7 +106,10 @@ def _linear(rec: LayerRecord, g: torch.Tensor):
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, g.shape[-1]).sum(1)
         return sums
 
-    return sq, clipped_sums
+    def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _matrix_dots(a, g, term["weight"], term.get("bias"))
+
+    return sq, clipped_sums, dots
 
 
 def _conv2d(rec: LayerRecord, g: torch.Tensor):
@@ -114,7 +129,11 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
             sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, m.out_channels).sum(1)
         return sums
 
-    return sq, clipped_sums
+    def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
+        weight = term["weight"]
+        return _matrix_dots(a, g, weight.reshape(weight.shape[0], m.out_channels, -1), term.get("bias"))
+
+    return sq, clipped_sums, dots
 
 
 def _norm_layer(rec: LayerRecord, g: torch.Tensor):
@@ -136,7 +155,13 @@ def _norm_layer(rec: LayerRecord, g: torch.Tensor):
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
         return {name: (v * c.view(-1, *([1] * (v.dim() - 1)))).reshape(k, -1, *v.shape[1:]).sum(1) for name, v in per.items()}
 
-    return sq, clipped_sums
+    def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sum(
+            (v * term[name].repeat_interleave(n // term[name].shape[0], 0)).reshape(n, -1).sum(1)
+            for name, v in per.items()
+        )
+
+    return sq, clipped_sums, dots
 
 
 def _embedding(rec: LayerRecord, g: torch.Tensor):
@@ -152,7 +177,11 @@ def _embedding(rec: LayerRecord, g: torch.Tensor):
         table.index_add_(0, idx.reshape(-1), (g * c.view(-1, 1, 1)).reshape(-1, m.embedding_dim))
         return {"weight": table.reshape(k, m.num_embeddings, m.embedding_dim)}
 
-    return sq, clipped_sums
+    def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
+        rows = term["weight"].reshape(-1, m.embedding_dim)[idx]  # (N, T, dim): R_k at each looked-up index
+        return (rows * g).sum((1, 2))
+
+    return sq, clipped_sums, dots
 
 
 def _noise(
@@ -189,6 +218,16 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
+def _term_norm_terms(records: list[LayerRecord], rules, term: dict[str, torch.Tensor], k: int, width: int) -> torch.Tensor:
+    """``2 <g_i, r_k> + ||r_k||^2`` per example, summed over layers and parameters."""
+    cross = 0.0
+    for rec, (_, _, dots) in zip(records, rules):
+        layer_term = {p: term[rec.param_name(p)] for p, _ in rec.module.named_parameters(recurse=False)}
+        cross = cross + dots(layer_term)
+    r_sq = sum(r.reshape(k, -1).square().sum(1) for r in term.values())
+    return 2.0 * cross + r_sq.repeat_interleave(width)
+
+
 _RULES = {nn.Linear: _linear, nn.Conv2d: _conv2d, nn.GroupNorm: _norm_layer, nn.LayerNorm: _norm_layer, nn.Embedding: _embedding}
 
 
@@ -203,6 +242,7 @@ def private_stacked_gradients(
     dps: list[ExampleDP],
     generators: list[torch.Generator],
     workspace: dict | None = None,
+    term: dict[str, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
 
@@ -210,6 +250,10 @@ def private_stacked_gradients(
     get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
     denominator (its batch size) and draws its noise from ``generators[k]``.
     ``workspace`` (a dict kept by the caller across steps) holds reusable buffers.
+    ``term`` (``(K, *shape)`` per parameter) is an example-independent gradient added to
+    every example's gradient before clipping: ``||g_i + r||^2 = ||g_i||^2 + 2 <g_i, r> +
+    ||r||^2`` with the inner products from the same records, and the clipped sum gains
+    ``(sum_i c_i) r`` (spec 002 §1.2 note).
     """
     k = len(dps)
     records: list[LayerRecord] = []
@@ -222,18 +266,24 @@ def private_stacked_gradients(
     with torch.no_grad():
         rules = [_RULES[type(r.module)](r, go) for r, go in zip(records, out_grads)]
         sq = sum(rule[0] for rule in rules)
+        if term is not None:
+            sq = sq + _term_norm_terms(records, rules, term, k, mask.shape[1])
         clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype).repeat_interleave(mask.shape[1])
         denominator = torch.tensor([float(dp.batch_size) for dp in dps], dtype=sq.dtype)
         # clip factor and the division by the client's denominator in one scale per example
         factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask / denominator.repeat_interleave(mask.shape[1])
         grads: dict[str, torch.Tensor] = {}
-        for rec, (_, clipped_sums) in zip(records, rules):
+        for rec, (_, clipped_sums, _) in zip(records, rules):
             for pname, value in clipped_sums(factors, k).items():
                 key = rec.param_name(pname)
                 grads[key] = grads[key] + value if key in grads else value  # a layer called twice
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
                 grads[name] = torch.zeros_like(w[name])
+        if term is not None:
+            factor_sums = factors.reshape(k, -1).sum(1)
+            for name, r in term.items():
+                grads[name] = grads[name] + factor_sums.view(-1, *([1] * (r.dim() - 1))) * r
         noise = _noise(stacked, w, generators, {} if workspace is None else workspace)
         scale = torch.tensor([dp.clip * dp.noise_multiplier / dp.batch_size for dp in dps], dtype=sq.dtype)
         noisy = {}

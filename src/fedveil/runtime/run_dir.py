@@ -1,4 +1,5 @@
-"""The run directory: resolved config, per-round metrics, summary, checkpoint.
+"""The run directory: resolved config, per-round metrics, summary, checkpoint (and, with
+``federation.client_state = "disk"``, the clients' states under ``client_states/``).
 
 Writes are crash-safe: ``metrics.jsonl`` is appended and fsynced row by row, JSON files
 and the checkpoint are written to a temporary file and renamed into place, so a killed
@@ -20,6 +21,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CLIENT_METRICS_FILE = "client_metrics.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+CLIENT_STATES_DIR = "client_states"
 
 
 class RunDirError(RuntimeError):
@@ -31,7 +33,8 @@ def config_fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(handle)`` on a temporary file, fsync it and rename it to ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
         write(handle)
@@ -42,7 +45,7 @@ def _atomic_write(path: Path, write) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically."""
-    _atomic_write(path, lambda h: h.write((json.dumps(obj, indent=2) + "\n").encode()))
+    atomic_write(path, lambda h: h.write((json.dumps(obj, indent=2) + "\n").encode()))
 
 
 def read_json(path: Path) -> Any:
@@ -114,12 +117,12 @@ class RunDirectory:
         """Drop rows after ``last_round`` (written after the checkpoint a resume starts from)."""
         rows = [r for r in self.metrics() if r["round"] <= last_round]
         body = "".join(json.dumps(r) + "\n" for r in rows)
-        _atomic_write(self.file(METRICS_FILE), lambda h: h.write(body.encode()))
+        atomic_write(self.file(METRICS_FILE), lambda h: h.write(body.encode()))
         return rows
 
     # ------------------------------------------------------------ checkpoint
     def save_checkpoint(self, state: dict[str, Any]) -> None:
-        _atomic_write(self.file(CHECKPOINT_FILE), lambda h: torch.save(state, h))
+        atomic_write(self.file(CHECKPOINT_FILE), lambda h: torch.save(state, h))
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         path = self.file(CHECKPOINT_FILE)

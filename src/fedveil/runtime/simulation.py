@@ -24,12 +24,15 @@ from ..data.federated import FederatedDataset
 from ..models import build_model
 from ..params import Params
 from .callbacks import Callback
+from .client_store import ClientStateStore, MemoryClientStore, make_client_store
 from .executor import make_executor
 from .local import LocalTrainer, task_loss
 from .privacy_plan import RunPrivacy
 from .report import PARTITION_FILE, write_report
 from .round_metrics import RoundEvaluator
-from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint
+from .run_dir import (
+    CLIENT_METRICS_FILE, CLIENT_STATES_DIR, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint,
+)
 from .sampling import client_schedule
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
@@ -78,7 +81,11 @@ class Simulation:
                 model = build_model(model_name, data.input_shape, data.num_classes, **config.model.options)
             except (ValueError, TypeError) as err:
                 raise ConfigError(f"model: {err}") from None
-        trainer = LocalTrainer(model, task_loss(data.task), config.client, config.federation.rounds)
+        try:
+            loss_fn = task_loss(data.task, config.client.loss)
+        except ValueError as err:
+            raise ConfigError(f"client.loss: {err}") from None
+        trainer = LocalTrainer(model, loss_fn, config.client, config.federation.rounds)
         alg_cls = ALGORITHMS.get(config.algorithm.name)
         ctx = RunContext(model=model, trainer=trainer, data=data, seed=config.seed, rounds=config.federation.rounds)
         algorithm = alg_cls(config.algorithm.typed_params(), ctx)
@@ -90,13 +97,23 @@ class Simulation:
         return cls(config, data, model, model_name, initial_params(model), algorithm, trainer, schedule, privacy, list(callbacks))
 
     # ------------------------------------------------------------------ state
-    def fresh_state(self) -> dict[str, Any]:
-        return {"round": 0, "server": self.algorithm.init_server(self.init), "clients": {}, "elapsed_s": 0.0}
+    def fresh_state(self, clients: ClientStateStore | None = None) -> dict[str, Any]:
+        """Round-0 state; client states go to ``clients`` (default: an empty in-memory store)."""
+        clients = MemoryClientStore() if clients is None else clients
+        return {"round": 0, "server": self.algorithm.init_server(self.init), "clients": clients, "elapsed_s": 0.0}
 
     def client_state(self, state: dict[str, Any], cid: int):
-        if cid in state["clients"]:
-            return state["clients"][cid]
-        return self.algorithm.init_client(cid, state["server"])
+        stored = state["clients"].get(cid)
+        return self.algorithm.init_client(cid, state["server"]) if stored is None else stored
+
+    def client_store(self, run_dir: RunDirectory, checkpoint: dict[str, Any] | None) -> ClientStateStore:
+        """The configured store of ``run_dir``'s client states, as of ``checkpoint`` (None: no state yet)."""
+        store = make_client_store(self.config.federation.client_state, run_dir.file(CLIENT_STATES_DIR))
+        if checkpoint is None:
+            store.restore({}, 0)  # a run killed before its first checkpoint may have left states
+        else:
+            store.restore(checkpoint["clients"], checkpoint["round"])
+        return store
 
     def task(self, cid: int, round_idx: int) -> ClientTask:
         return ClientTask(
@@ -106,6 +123,7 @@ class Simulation:
             generator=torch_generator(self.config.seed, "train", round_idx, cid),
             trainer=self.trainer,
             dp=None if self.privacy is None else self.privacy.task_dp(cid, round_idx),
+            privacy_budget=None if self.privacy is None else self.privacy.budget_of(cid),
         )
 
     # ------------------------------------------------------------------- loop
@@ -116,10 +134,14 @@ class Simulation:
         results = self.executor.run_cohort(self.algorithm, state["server"], jobs)
         for cid, result in zip(cohort, results):
             if result.state is not None:
-                state["clients"][cid] = result.state
-        for task, _ in jobs:
+                state["clients"].put(cid, result.state, round_idx + 1)
+        for (task, _), result in zip(jobs, results):
             if task.dp is not None:
                 self.privacy.record_client(task.client_id, task.data.num_train, task.dp)
+            if result.releases:
+                if self.privacy is None:
+                    raise RuntimeError(f"{type(self.algorithm).__name__} returned noisy releases in a run without privacy")
+                self.privacy.record_releases(task.client_id, result.releases)
         messages = [(c, r.message) for c, r in zip(cohort, results)]
         facts = {}
         if self.privacy is not None and self.privacy.server is not None:
@@ -157,10 +179,11 @@ class Simulation:
         """Train all rounds, writing into run directory ``out``; returns the summary."""
         config_dict = self.config.model_dump(mode="json")
         run_dir = RunDirectory.open_for_resume(out, config_dict) if resume else RunDirectory.create(out, config_dict)
-        state = run_dir.load_checkpoint() if resume else None
-        if state is not None and state.get("fingerprint") != config_fingerprint(config_dict):
+        checkpoint = run_dir.load_checkpoint() if resume else None
+        if checkpoint is not None and checkpoint.get("fingerprint") != config_fingerprint(config_dict):
             raise RunDirError(f"checkpoint in '{out}' belongs to another config; start a new run")
-        state = state or self.fresh_state()
+        clients = self.client_store(run_dir, checkpoint)
+        state = self.fresh_state(clients) if checkpoint is None else {**checkpoint, "clients": clients}
         if self.privacy is not None and "privacy" in state:
             self.privacy.load_state_dict(state["privacy"])
         run_dir.write_json(PARTITION_FILE, self.partition_facts())
@@ -185,7 +208,7 @@ class Simulation:
             for cb in self.callbacks:
                 cb.on_round_end(row)
             if last or (every and (r + 1) % every == 0):
-                run_dir.save_checkpoint({**state, **self._privacy_state(), "fingerprint": config_fingerprint(config_dict)})
+                self._save_checkpoint(run_dir, state, config_dict)
         if client_rows is None:  # resumed a finished run: score the final state again
             _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
         summary = build_summary(self, rows, state["elapsed_s"])
@@ -195,6 +218,14 @@ class Simulation:
         for cb in self.callbacks:
             cb.on_run_end(summary)
         return summary
+
+    def _save_checkpoint(self, run_dir: RunDirectory, state: dict[str, Any], config_dict: dict) -> None:
+        """Write the checkpoint (the client store gives what it needs saved), then let the
+        store drop client-state versions only older checkpoints needed."""
+        clients = state["clients"]
+        extra = {"clients": clients.to_checkpoint(), **self._privacy_state(), "fingerprint": config_fingerprint(config_dict)}
+        run_dir.save_checkpoint({**state, **extra})
+        clients.checkpoint_saved(state["round"])
 
     def _privacy_state(self) -> dict[str, Any]:
         """The ledger (and adaptive clip) for a checkpoint; serialised only when saving."""

@@ -5,6 +5,10 @@ Reads the original ``adult.data`` and ``adult.test`` files. Rows with a missing 
 of the train file and the 6 continuous ones standardised with train statistics, so the
 test split is encoded exactly as the model saw the train split. ``sex`` and ``race`` stay
 available as groups for fairness metrics even when ``drop_sensitive`` removes them from x.
+
+Every categorical attribute is also a group of category codes, so the ``natural``
+partitioner can cut Adult into silos by an attribute (one client per race, workclass,
+region of birth...): ``[data.partition] name = "natural"``, ``key = "race_code"``.
 """
 from __future__ import annotations
 
@@ -30,8 +34,28 @@ COLUMNS = (
     "hours-per-week", "native-country",
 )
 CONTINUOUS = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week")
+CATEGORICAL = tuple(c for c in COLUMNS if c not in CONTINUOUS)
 SENSITIVE = ("race", "sex")
 CLASS_NAMES = ("<=50K", ">50K")
+# native-country grouped into world regions; "Other" holds Canada, the US outlying
+# territories and any country missing from this list.
+REGIONS = {
+    "United-States": ("United-States",),
+    "Latin-America": (
+        "Mexico", "Puerto-Rico", "Cuba", "Jamaica", "Dominican-Republic", "Haiti", "Trinadad&Tobago",
+        "Honduras", "Guatemala", "Nicaragua", "El-Salvador", "Columbia", "Ecuador", "Peru",
+    ),
+    "Europe": (
+        "England", "Scotland", "Ireland", "Germany", "France", "Holand-Netherlands", "Italy",
+        "Portugal", "Greece", "Poland", "Hungary", "Yugoslavia",
+    ),
+    "Asia": (  # "South" is South Korea, "Hong" Hong Kong
+        "Cambodia", "India", "Japan", "South", "China", "Iran", "Philippines", "Vietnam", "Laos",
+        "Taiwan", "Thailand", "Hong",
+    ),
+    "Other": (),
+}
+REGION_OF = {country: region for region, countries in REGIONS.items() for country in countries}
 
 
 def fit_standardiser(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,9 +77,30 @@ def one_hot(values: list[str], categories: list[str]) -> np.ndarray:
     return out
 
 
+def category_codes(values: list[str], categories: list[str]) -> torch.Tensor:
+    """int64 index of each value in ``categories``; -1 for a value outside them (a test
+    category the train file lacks)."""
+    index = {c: j for j, c in enumerate(categories)}
+    return torch.tensor([index.get(v, -1) for v in values], dtype=torch.int64)
+
+
+def silo_groups(
+    categorical: dict[str, list[str]], categories: dict[str, list[str]]
+) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+    """Natural silo keys: ``<column>_code`` for every categorical column (codes index the
+    sorted train categories) and ``region_code`` (native-country grouped by ``REGIONS``),
+    with the category names of each key."""
+    names = {f"{c}_code": categories[c] for c in CATEGORICAL}
+    names["region_code"] = list(REGIONS)
+    groups = {f"{c}_code": category_codes(categorical[c], categories[c]) for c in CATEGORICAL}
+    regions = [REGION_OF.get(country, "Other") for country in categorical["native-country"]]
+    groups["region_code"] = category_codes(regions, names["region_code"])
+    return groups, names
+
+
 def _read(path: Path) -> tuple[dict[str, list[str]], np.ndarray, np.ndarray]:
     """Complete rows of one Adult file: categorical columns, continuous matrix, labels."""
-    categorical: dict[str, list[str]] = {c: [] for c in COLUMNS if c not in CONTINUOUS}
+    categorical: dict[str, list[str]] = {c: [] for c in CATEGORICAL}
     continuous: list[list[float]] = []
     labels: list[int] = []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -117,25 +162,44 @@ def _encode(
         elif not (drop_sensitive and c in SENSITIVE):
             blocks.append(one_hot(categorical[c], categories[c]))
             names.extend(f"{c}={v}" for v in categories[c])
+    codes, group_categories = silo_groups(categorical, categories)
     groups = {
         "sex": torch.tensor([v == "Male" for v in categorical["sex"]], dtype=torch.int64),
         "race": torch.tensor([v == "White" for v in categorical["race"]], dtype=torch.int64),
+        **codes,
     }
-    info = {"feature_names": names, "classes": list(CLASS_NAMES)}
+    info = {"feature_names": names, "classes": list(CLASS_NAMES), "group_categories": group_categories}
     data = ArrayDataset(torch.from_numpy(np.hstack(blocks)), torch.from_numpy(y), groups, info)
     return data, categories, stats
 
 
 @DATASETS.register("adult", "UCI Adult census income (>50K), sensitive groups sex and race")
 def load_adult(
-    root: str | os.PathLike | None = None, *, download: bool = True, drop_sensitive: bool = False
+    root: str | os.PathLike | None = None,
+    *,
+    download: bool = True,
+    drop_sensitive: bool = False,
+    natural_groups: str | None = None,
 ) -> DataSource:
     """Adult train (``adult.data``) and test (``adult.test``) splits, encoded as above.
 
     ``groups["sex"]`` is 1 for Male, ``groups["race"]`` 1 for White; ``drop_sensitive``
-    removes the sex and race one-hot columns from ``x`` (the groups stay).
+    removes the sex and race one-hot columns from ``x`` (the groups stay). The silo keys
+    of :func:`silo_groups` (``race_code``: 5 races, ``workclass_code``, ``education_code``,
+    ``marital-status_code``, ``occupation_code``, ``relationship_code``, ``sex_code``,
+    ``native-country_code``, ``region_code``) are groups too, their category names in
+    ``info["group_categories"]``. ``natural_groups`` declares one of them the natural
+    client id of the source; the ``natural`` partitioner's ``key`` picks the split.
     """
     data_dir = ensure_files("adult", resolve_data_dir("adult", root), FILES, download)
     train, categories, stats = _encode(data_dir / "adult.data", None, None, drop_sensitive)
+    silo_keys = list(train.info["group_categories"])
+    if natural_groups is not None and natural_groups not in silo_keys:
+        raise DataError(
+            f"adult: natural_groups='{natural_groups}' is not a silo key; choose one of "
+            + ", ".join(silo_keys)
+        )
     test, _, _ = _encode(data_dir / "adult.test", categories, stats, drop_sensitive)
-    return DataSource(train=train, test=test, task="classification", num_classes=2)
+    return DataSource(
+        train=train, test=test, task="classification", num_classes=2, natural_groups=natural_groups
+    )

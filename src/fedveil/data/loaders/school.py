@@ -19,6 +19,7 @@ from ..errors import DataError
 from ..source import DATASETS, DataSource, resolve_data_dir
 
 NUM_FEATURES = 28
+SCORE_MIN, SCORE_MAX = 1.0, 70.0  # exam scores range over 1..70
 # The copy in the MIT-licensed code of Liu et al. 2022 (MR-MTL); no checksum is published
 # for it, so it is not checked.
 FILE = RemoteFile(
@@ -46,9 +47,14 @@ def _cells(mat: dict, key: str, path: Path) -> list[np.ndarray]:
 
 
 @DATASETS.register("school", "ILEA School exam scores, 139 schools as natural silos (regression)")
-def load_school(root: str | os.PathLike | None = None, *, download: bool = True) -> DataSource:
+def load_school(
+    root: str | os.PathLike | None = None, *, download: bool = True, normalize_target: bool = False
+) -> DataSource:
     """All students as one train split: x (N, 28) float32, y (N,) float32 exam scores,
-    ``groups["school"]`` the school index 0..138 (int64), the natural client id."""
+    ``groups["school"]`` the school index 0..138 (int64), the natural client id.
+
+    ``normalize_target`` maps the scores 1..70 to (y - 1) / 69 in [0, 1], the scale on
+    which MR-MTL reports test MSE (spec 002 §5, [C1] ``read_school_data``)."""
     path = ensure_files("school", resolve_data_dir("school", root), [FILE], download) / FILE.name
     try:
         mat = scipy.io.loadmat(path)
@@ -73,9 +79,12 @@ def load_school(root: str | os.PathLike | None = None, *, download: bool = True)
                 f"{path.name}: school {k + 1} has {len(x)} rows in X but {y.size} scores in Y"
             )
     school = np.repeat(np.arange(len(xs)), [len(x) for x in xs])
+    scores = np.concatenate([y.ravel() for y in ys]).astype(np.float64)
+    if normalize_target:
+        scores = (scores - SCORE_MIN) / (SCORE_MAX - SCORE_MIN)
     train = ArrayDataset(
         torch.from_numpy(np.concatenate(xs).astype(np.float32)),
-        torch.from_numpy(np.concatenate([y.ravel() for y in ys]).astype(np.float32)),
+        torch.from_numpy(scores.astype(np.float32)),
         {"school": torch.from_numpy(school.astype(np.int64))},
         {"num_schools": len(xs)},
     )
