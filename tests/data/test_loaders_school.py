@@ -107,3 +107,12 @@ def test_school_normalised_scores(tmp_path):
     source = load_school(write_mat(tmp_path, X=xs, Y=ys), download=False, normalize_target=True)
     want = [0.0, 1.0, 0.5, 23 / 69, 46 / 69, 1 / 69]
     np.testing.assert_allclose(source.train.y.numpy(), want, rtol=1e-6)
+
+
+def test_school_scaled_features(tmp_path):
+    xs, ys = school_data()
+    source = load_school(write_mat(tmp_path, X=xs, Y=ys), download=False, scale_features=True)
+    raw = np.concatenate(xs)
+    want = raw / np.maximum(np.abs(raw).max(0), 1e-12)
+    np.testing.assert_allclose(source.train.x.numpy(), want, rtol=1e-6)
+    assert np.abs(source.train.x.numpy()).max() <= 1.0

@@ -250,3 +250,9 @@ def test_bad_arguments_raise_readable_errors(name, input_shape, num_classes, opt
 def test_unknown_model_lists_the_registered_ones():
     with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, lenet, linear, mlp, resnet"):
         build_model("lenett", (1, 28, 28), 10)
+
+
+def test_linear_zero_init():
+    model = build_model("linear", (28,), 0, zero_init=True)
+    assert all(torch.count_nonzero(p) == 0 for p in model.parameters())
+    assert torch.count_nonzero(build_model("linear", (28,), 0).fc.weight) > 0
