@@ -2,6 +2,7 @@
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, write_results
 from . import fedavg_mnist  # noqa: F401  (registers)
 from . import dp_schedules  # noqa: F401
+from . import pets_pandemic  # noqa: F401
 from . import mrmtl_mean_estimation  # noqa: F401
 from . import mrmtl_school  # noqa: F401
 

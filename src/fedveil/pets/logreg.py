@@ -1,0 +1,152 @@
+"""DP-SGD logistic regression on neighbourhood vectors (spec 002 §4.5, §1.2).
+
+The model is one weight vector ``theta = [w, b]`` of size ``d + 1`` (zero init); the logit of
+example ``x`` is ``w.x + b``. For a loss ``l(z, y)`` of the logit the per-example gradient is
+closed-form, ``g_i = l'(z_i, y_i) [x_i, 1]``, so no autograd is needed. MR-MTL's regulariser
+(objective ``lambda/2 ||theta - theta_bar||^2``, thesis convention) adds
+``lambda (theta - theta_bar)`` to *every* per-example gradient before clipping (spec 002
+§1.2 note; [C2] writes the objective as ``lambda ||.||^2`` and adds ``2 lambda (theta - theta_bar)``,
+so [C2]'s ``lambda = 0.0003`` is ``lambda = 0.0006`` here).
+
+A step is the DP-SGD step of :mod:`fedveil.privacy.dp_sgd`: global-L2 clip
+``min(1, C / (||g_i|| + 1e-15))``, sum, Gaussian noise ``C z N(0, I)``, divide by the batch
+size, ``theta <- theta - lr * g``. Batches come from :func:`fedveil.privacy.dp_sgd.shuffled_batches`
+(a fresh permutation per epoch, consecutive batches of ``B_k = min(B, n_k)``, the last partial
+batch dropped, so every step has the same denominator; [C2] keeps the partial batch).
+Each epoch draws a fresh random window start ``s ~ U{0..28}`` per person (§4.3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..privacy.dp_sgd import CLIP_EPS, add_gaussian_noise, shuffled_batches
+from .features import NUM_TRAIN_STARTS, TEST_START, SiloFeatures
+from .focal import focal_loss, focal_loss_grad
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """DP-SGD settings; defaults are the final submission's ([C2] ``CENTRAL_HPARAMS``)."""
+
+    batch_size: int = 512
+    lr: float = 0.2
+    clip: float = 15.0
+    noise_multiplier: float = 0.01
+    gamma: float = 2.0  # focal loss
+    alpha: float | None = 0.75  # focal loss; None with gamma = 0 is plain BCE
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.lr <= 0 or self.clip <= 0 or self.noise_multiplier < 0:
+            raise ValueError(f"need lr > 0, clip > 0, noise_multiplier >= 0; got {self.lr}, {self.clip}, {self.noise_multiplier}")
+
+
+def per_example_grads(
+    theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, prox: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``(B, d + 1)`` gradients of the per-example objective (loss plus the optional
+    example-independent term ``prox``, e.g. ``lambda (theta - theta_bar)``).
+
+    The reference form: :func:`clipped_sum` gets the clipped sum without materialising these.
+    """
+    dz = focal_loss_grad(x @ theta[:-1] + theta[-1], y, cfg.gamma, cfg.alpha)
+    grads = torch.cat([dz[:, None] * x, dz[:, None]], dim=1)
+    return grads if prox is None else grads + prox
+
+
+def clipped_sum(
+    theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, prox: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum_i min(1, C / (||g_i|| + 1e-15)) g_i`` and the norms ``||g_i||`` of the
+    :func:`per_example_grads` ``g_i = dz_i [x_i, 1] + r``, in closed form:
+    ``||g_i||^2 = dz_i^2 (||x_i||^2 + 1) + 2 dz_i [x_i, 1].r + ||r||^2`` and
+    ``sum_i c_i g_i = [x, 1]^T (c * dz) + (sum_i c_i) r`` (no ``B x d`` gradient matrix)."""
+    dz = focal_loss_grad(x @ theta[:-1] + theta[-1], y, cfg.gamma, cfg.alpha)
+    sq = dz.square() * (x.square().sum(dim=1) + 1.0)
+    if prox is not None:
+        sq = sq + 2.0 * dz * (x @ prox[:-1] + prox[-1]) + prox.square().sum()
+    norms = sq.clamp(min=0.0).sqrt()
+    factors = (cfg.clip / (norms + CLIP_EPS)).clamp(max=1.0)
+    weighted = factors * dz
+    total = torch.cat([x.T @ weighted, weighted.sum()[None]])
+    return (total if prox is None else total + factors.sum() * prox), norms
+
+
+def private_step(
+    theta: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    prox: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One DP-SGD step; returns the new ``theta``."""
+    total, _ = clipped_sum(theta, x, y, cfg, prox)
+    noisy = add_gaussian_noise({"theta": total}, cfg.clip, cfg.noise_multiplier, generator)["theta"]
+    return theta - cfg.lr * noisy / len(x)
+
+
+@dataclass
+class TrainLog:
+    steps: int = 0
+    loss_sum: float = 0.0  # non-private, for logging only
+    examples: int = 0
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / self.examples if self.examples else float("nan")
+
+
+def train(
+    theta: torch.Tensor,
+    silo: SiloFeatures,
+    cfg: TrainConfig,
+    epochs: int,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    centre: torch.Tensor | None = None,
+    lam: float = 0.0,
+    progress: bool = False,
+    desc: str = "DP-SGD",
+) -> tuple[torch.Tensor, TrainLog]:
+    """``epochs`` epochs of DP-SGD from ``theta``; with ``centre`` and ``lam > 0`` each
+    per-example gradient gets MR-MTL's ``lam (theta - centre)``. ``rng`` draws the window
+    starts, ``generator`` the batch order and the noise."""
+    if epochs < 0 or lam < 0:
+        raise ValueError(f"need epochs >= 0 and lam >= 0, got {epochs}, {lam}")
+    if theta.shape != (silo.layout.dim + 1,):
+        raise ValueError(f"theta must have shape ({silo.layout.dim + 1},), got {tuple(theta.shape)}")
+    n = silo.num_nodes
+    batch = min(cfg.batch_size, n)
+    per_epoch = n // batch
+    log = TrainLog()
+    bar = tqdm(total=epochs * per_epoch, desc=desc, unit="step", disable=not progress, leave=False)
+    for _ in range(epochs):
+        starts = rng.integers(0, NUM_TRAIN_STARTS, size=n)
+        for idx in shuffled_batches(n, batch, per_epoch, generator):
+            idx = idx.numpy()
+            x = torch.from_numpy(silo.examples(idx, starts[idx])).to(theta.dtype)
+            y = torch.from_numpy(silo.labels(idx, starts[idx])).to(theta.dtype)
+            prox = lam * (theta - centre) if centre is not None and lam > 0 else None
+            log.loss_sum += float(focal_loss(x @ theta[:-1] + theta[-1], y, cfg.gamma, cfg.alpha).sum())
+            log.examples += len(idx)
+            theta = private_step(theta, x, y, cfg, generator, prox)
+            log.steps += 1
+            bar.update()
+    bar.close()
+    return theta, log
+
+
+def predict(theta: torch.Tensor, silo: SiloFeatures, start: int = TEST_START, chunk: int = 8192) -> np.ndarray:
+    """Infection probabilities of every person of ``silo`` for the window starting at ``start``."""
+    out = []
+    for lo in range(0, silo.num_nodes, chunk):
+        idx = np.arange(lo, min(lo + chunk, silo.num_nodes))
+        x = torch.from_numpy(silo.examples(idx, start)).to(theta.dtype)
+        out.append(torch.sigmoid(x @ theta[:-1] + theta[-1]).numpy())
+    return np.concatenate(out) if out else np.zeros(0)

@@ -1,0 +1,62 @@
+"""Contact multigraph, PageRank, deterministic neighbour sampling, occurrence counts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedveil.pets.graph import ContactGraph, contact_graph, occurrences, pagerank, sample_neighbours
+
+
+def star(leaves: int) -> ContactGraph:
+    pids = np.arange(100, 101 + leaves)
+    net = {"pid1": np.full(leaves, 100), "pid2": pids[1:]}
+    return contact_graph(pids, net)
+
+
+def test_sampling_is_deterministic_and_seeded_by_node_index():
+    g = star(30)
+    nb1, e1 = sample_neighbours(g, 20)
+    nb2, e2 = sample_neighbours(g, 20)
+    np.testing.assert_array_equal(nb1, nb2)
+    np.testing.assert_array_equal(e1, e2)
+    # hub = node 0: its 30 contacts are rows 0..29 (leaf i + 1), sampled with default_rng(seed=0)
+    pick = np.random.default_rng(seed=0).choice(30, 20, replace=False)
+    np.testing.assert_array_equal(nb1[0], pick + 1)
+    np.testing.assert_array_equal(e1[0], pick)
+    # each leaf has one contact: the hub, then 19 placeholders
+    assert (nb1[1:, 0] == 0).all() and (nb1[1:, 1:] == -1).all() and (e1[1:, 1:] == -1).all()
+
+
+def test_isolated_node_and_bad_s():
+    g = contact_graph(np.array([1, 2, 3]), {"pid1": np.array([1]), "pid2": np.array([2])})
+    nb, _ = sample_neighbours(g, 4)
+    assert (nb[2] == -1).all()
+    with pytest.raises(ValueError, match="S must be >= 1"):
+        sample_neighbours(g, 0)
+
+
+def test_contacts_outside_the_silo_and_self_contacts_are_dropped():
+    net = {"pid1": np.array([1, 1, 2, 5]), "pid2": np.array([2, 1, 3, 1])}
+    g = contact_graph(np.array([1, 2, 3]), net)
+    np.testing.assert_array_equal(g.degree, [1, 2, 1])
+    np.testing.assert_array_equal(g.neighbour[g.indptr[1] : g.indptr[2]], [0, 2])
+    np.testing.assert_array_equal(g.edge[g.indptr[1] : g.indptr[2]], [0, 2])
+
+
+def test_pagerank_matches_networkx_on_a_multigraph_with_an_isolated_node():
+    nx = pytest.importorskip("networkx")
+    pids = np.arange(6)
+    net = {"pid1": np.array([0, 0, 0, 1, 2, 3, 0]), "pid2": np.array([1, 2, 3, 2, 3, 4, 1])}  # 0-1 twice, 5 isolated
+    ours = pagerank(contact_graph(pids, net))
+    graph = nx.MultiGraph()
+    graph.add_nodes_from(pids.tolist())
+    graph.add_edges_from(zip(net["pid1"].tolist(), net["pid2"].tolist()))
+    theirs = nx.pagerank(graph, alpha=0.85, tol=1e-12)
+    np.testing.assert_allclose(ours, [theirs[i] for i in pids], atol=1e-9)
+    assert ours.sum() == pytest.approx(1.0)
+
+
+def test_occurrences_count_neighbourhoods_not_slots():
+    neighbour = np.array([[1, 1, 2], [0, -1, -1], [1, 0, -1], [-1, -1, -1]])
+    # node 0: own + rows 1, 2 -> 3; node 1: own + rows 0 (twice, counted once), 2 -> 3; node 2: own + row 0 -> 2; node 3: own
+    np.testing.assert_array_equal(occurrences(neighbour), [3, 3, 2, 1])
