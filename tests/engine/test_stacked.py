@@ -162,3 +162,17 @@ def test_unsupported_layers_are_named():
 
     with pytest.raises(UnsupportedModelError, match="reads parameter 'lin.weight'"):
         StackedModel(ReadsWeight())
+
+
+def test_conv_layout_is_timed_once_per_power_of_two_of_the_batch(monkeypatch):
+    from fedveil.engine import stacked
+
+    timed = []
+    monkeypatch.setattr(stacked, "_conv_choice", {})
+    monkeypatch.setattr(stacked, "_time_conv", lambda mode, m, shape, k: timed.append((mode, shape)) or 1.0)
+    conv = nn.Conv2d(1, 4, 3)
+    for rows_per_client in (33, 40, 64, 47):  # Poisson batch sizes: 33, 40, 47 share a bucket, 64 starts the next
+        stacked.conv_mode(conv, (3 * rows_per_client, 1, 10, 10), 3)
+    assert [shape[0] // 3 for _, shape in timed] == [33, 33, 64, 64]  # both modes, two buckets
+    stacked.conv_mode(conv, (3 * 40, 1, 12, 12), 3)  # another image size is timed anew
+    assert len(timed) == 6

@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 import scipy.io
 
-from fedveil.experiments.mrmtl_school import SchoolStudy, report, run_study
+from fedveil.experiments.mrmtl_school import report, school_task
 from fedveil.experiments.registry import ExperimentContext
+from fedveil.experiments.silo_study import SiloStudy, run_grid
 
 
 def tiny_school(root: Path, schools: int = 4) -> None:
@@ -24,16 +25,19 @@ def tiny_school(root: Path, schools: int = 4) -> None:
 def test_study_runs_every_method_and_reports_the_claims(tmp_path):
     tiny_school(tmp_path / "data")
     ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path / "data")
-    study = SchoolStudy(epsilons=[2.0, math.inf], lambdas=[0.3, 3.0], rounds=2, lr=0.03, num_silos=4)
-    results = run_study(ctx, study)
+    study = SiloStudy(epsilons=[2.0, math.inf], lambdas=[0.3, 3.0], rounds=2, lr=0.03)
+    task = school_task(ctx, num_silos=4)
+    results = run_grid(ctx.runs_dir, study, task)
     assert set(results) == {"local", "fedavg", "finetune", "ditto(lam=1)", "mr_mtl(lam=0.3)", "mr_mtl(lam=3)"}
     for by_eps in results.values():
         assert set(by_eps) == {"2", "inf"}
         assert all(0 < v[0] < 1 for v in by_eps.values())  # normalised scores: MSE below 1
-    again = run_study(ctx, study)  # finished runs are re-scored, not retrained
+    again = run_grid(ctx.runs_dir, study, task)  # finished runs are re-scored, not retrained
     assert again == results
-    rep = report(results, study, quick=True)
+    rep = report(results, study, task, quick=True)
     claims = [r for r in rep.rows if r.metric.startswith("MR-MTL(best lambda)")]
     assert len(claims) == 2 and all(r.verdict in ("holds", "does not hold") for r in claims)
     sweep = [r for r in rep.rows if r.setting == "lambda sweep"]
     assert sweep == []  # one private epsilon: no sweep to compare
+    scores = [r for r in rep.rows if r.metric.endswith(": test MSE")]
+    assert len(scores) == 12 and {r.paper for r in scores} == {"curve only"}  # README numbers: epsilon 6 only

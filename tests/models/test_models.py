@@ -40,6 +40,8 @@ CASES = {
     # conv1 1*32*5*5+32 = 832; conv2 32*64*5*5+64 = 51,264;
     # fc1 (64*7*7)*512+512 = 1,606,144; fc2 512*10+10 = 5,130  (FedAvg CNN)
     "lenet": Case((1, 28, 28), 10, 1_663_370, images(1, 28, 28)),
+    # conv1 1*32*9+32 = 320; conv2 32*64*9+64 = 18,496; 28->26->13->11->5: fc 64*25*10+10 = 16,010
+    "convnet": Case((1, 28, 28), 10, 34_826, images(1, 28, 28)),
     # stem conv 3*16*9 + GN 2*16 = 464
     # stage 1, 3 blocks 16->16: 3 * (2*16*16*9 + 2*2*16) = 3 * 4,672 = 14,016
     # stage 2, first block 16->32: 16*32*9 + 64 + 32*32*9 + 64 + shortcut 16*32 + 64 = 14,528
@@ -248,8 +250,15 @@ def test_bad_arguments_raise_readable_errors(name, input_shape, num_classes, opt
 
 
 def test_unknown_model_lists_the_registered_ones():
-    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, lenet, linear, mlp, resnet"):
+    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, convnet, lenet, linear, mlp, resnet"):
         build_model("lenett", (1, 28, 28), 10)
+
+
+def test_convnet_on_cifar_shapes_and_too_small_images():
+    # conv1 3*32*9+32 = 896; conv2 18,496; 32->30->15->13->6: fc 64*36*10+10 = 23,050
+    assert count(build_model("convnet", (3, 32, 32), 10)) == 42_442
+    with pytest.raises(ValueError, match="at least 10x10"):
+        build_model("convnet", (1, 8, 8), 10)
 
 
 def test_linear_zero_init():

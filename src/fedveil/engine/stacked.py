@@ -87,13 +87,15 @@ def _time_conv(mode: str, m: nn.Conv2d, x_shape: tuple, k: int, repeats: int = 2
 
 
 def conv_mode(m: nn.Conv2d, x_shape: tuple, k: int) -> str:
-    """The faster of grouped / per-client convolution for these shapes, timed once (cached).
+    """The faster of grouped / per-client convolution for these shapes, timed once (cached;
+    batch sizes share a timing within a power of two, so Poisson batches are not re-timed).
 
     On CPU neither wins everywhere: grouped convolution is faster for LeNet-sized layers,
     per-client convolutions for ResNet's narrow 3x3 layers on 32x32 inputs.
     """
+    rows_bucket = (x_shape[0] // max(k, 1)).bit_length()  # Poisson batches vary: time once per power of two
     key = (m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation, m.groups,
-           m.bias is not None, tuple(x_shape), k)
+           m.bias is not None, tuple(x_shape[1:]), rows_bucket, k)
     if key not in _conv_choice:
         if k == 1:
             _conv_choice[key] = "per_client"

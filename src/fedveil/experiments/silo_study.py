@@ -1,0 +1,231 @@
+"""Utility vs epsilon and lambda of personalised methods under silo-specific DP: the grid
+runner, report rows and plot shared by the MR-MTL reproductions (Liu et al. 2022, spec 002
+§6.1: Fig. 1.3, 1.5, 1.6, G.2, G.3).
+
+A study runs every method at every epsilon and seed on the same data and training
+settings (a :class:`SiloTask` writes each run's config). A run's score is the test metric
+of the model each silo would use (its personal model for personalised methods, the global
+model for FedAvg), averaged over silos weighted by their test sizes, after the last round.
+Finished runs are re-scored from their run directory, not retrained, so an interrupted
+study resumes where it stopped.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from ..config import validate
+from ..runtime import run
+from .registry import ResultRow
+
+NON_PRIVATE = math.inf
+Results = dict[str, dict[str, list[float]]]  # method label -> epsilon label -> one score per seed
+
+
+@dataclass
+class SiloStudy:
+    """What a study varies. ``baselines`` are names from :func:`baseline_algorithms`; MR-MTL
+    runs at every lambda in ``lambdas``. Every cell runs ``seeds``; the cells at
+    ``focus_epsilons`` (where a claim is checked) also run ``focus_seeds``."""
+
+    epsilons: list[float]
+    lambdas: list[float]
+    seeds: list[int] = field(default_factory=lambda: [0])
+    focus_epsilons: list[float] = field(default_factory=list)
+    focus_seeds: list[int] = field(default_factory=list)
+    rounds: int = 200
+    lr: float = 0.01
+    baselines: list[str] = field(default_factory=lambda: ["local", "fedavg", "finetune", "ditto"])
+    ditto_lambda: float = 1.0
+    clusters: int = 4  # IFCA
+    select_fraction: float = 0.05  # IFCA: fraction of rounds with a private cluster selection (Fig. 1.6: 5%)
+    ifca_lambda: float = 1.0  # IFCA-warm-started MR-MTL
+
+    def seeds_at(self, epsilon: float) -> list[int]:
+        return self.seeds + (self.focus_seeds if epsilon in self.focus_epsilons else [])
+
+
+@dataclass(frozen=True)
+class SiloTask:
+    """One data set's runs: ``config(algorithm, epsilon, seed, study)`` is a run config."""
+
+    name: str
+    metric: str  # "mse" or "accuracy": the stem of the summary keys scored
+    config: Callable[[dict, float, int, SiloStudy], dict]
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric == "mse"
+
+    @property
+    def label(self) -> str:
+        return "test MSE" if self.metric == "mse" else f"test {self.metric}"
+
+    def score(self, summary: dict) -> float:
+        """Test-size-weighted mean over silos of the metric of the model each silo uses."""
+        personal = f"personal_{self.metric}_weighted_mean"
+        return summary[personal] if personal in summary else summary[f"global_client_{self.metric}_weighted_mean"]
+
+    def best(self, scores: dict[Any, float]) -> Any:
+        """The key of the best score."""
+        return (min if self.lower_is_better else max)(scores, key=scores.__getitem__)
+
+    def better(self, a: float, b: float) -> bool:
+        return a < b if self.lower_is_better else a > b
+
+
+def baseline_algorithms(study: SiloStudy) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Baseline name -> (label, ``[algorithm]`` section)."""
+    return {
+        "local": ("local", {"name": "local"}),
+        "fedavg": ("fedavg", {"name": "fedavg"}),
+        "finetune": ("finetune", {"name": "fedavg_then_local", "switch_fraction": 0.5}),
+        "ditto": (f"ditto(lam={study.ditto_lambda:g})", {"name": "ditto", "lam": study.ditto_lambda}),
+        "ifca": (
+            f"ifca({study.select_fraction:.0%})",
+            {"name": "ifca", "clusters": study.clusters, "select_fraction": study.select_fraction},
+        ),
+        "ifca_mrmtl": (
+            f"ifca({study.select_fraction:.0%})+mr_mtl(lam={study.ifca_lambda:g})",
+            {"name": "ifca", "clusters": study.clusters, "select_fraction": study.select_fraction,
+             "fedavg_fraction": study.select_fraction, "lam": study.ifca_lambda},
+        ),
+    }
+
+
+def mr_mtl_label(lam: float) -> str:
+    return f"mr_mtl(lam={lam:g})"
+
+
+def methods(study: SiloStudy) -> dict[str, dict[str, Any]]:
+    """Method label -> ``[algorithm]`` section, baselines first."""
+    known = baseline_algorithms(study)
+    unknown = [b for b in study.baselines if b not in known]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; choose from {sorted(known)}")
+    out = dict(known[b] for b in study.baselines)
+    out.update({mr_mtl_label(lam): {"name": "mr_mtl", "lam": lam} for lam in study.lambdas})
+    return out
+
+
+def eps_label(epsilon: float) -> str:
+    return "inf" if epsilon == NON_PRIVATE else f"{epsilon:g}"
+
+
+def example_privacy(epsilon: float, delta: float, clip: float) -> dict[str, Any]:
+    """The ``[privacy]`` section: none at epsilon = inf, else example-level DP with Poisson batches."""
+    if epsilon == NON_PRIVATE:
+        return {"level": "none"}
+    return {"level": "example", "epsilon": epsilon, "delta": delta, "clip": clip, "batch_sampling": "poisson"}
+
+
+def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "") -> Results:
+    """Score every method x epsilon x seed; runs live in ``runs_dir/<method>_eps<e>_seed<s>``."""
+    grid = [
+        (label, algorithm, e, s) for label, algorithm in methods(study).items() for e in study.epsilons for s in study.seeds_at(e)
+    ]
+    results: Results = {}
+    for label, algorithm, epsilon, seed in tqdm(grid, desc=desc or task.name, unit="run", dynamic_ncols=True):
+        out = runs_dir / f"{label}_eps{eps_label(epsilon)}_seed{seed}"
+        config = validate(task.config(algorithm, epsilon, seed, study))
+        summary = run(config, out, resume=out.exists(), progress=False)
+        results.setdefault(label, {}).setdefault(eps_label(epsilon), []).append(task.score(summary))
+    return results
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def cell(values: list[float]) -> str:
+    mean, std = mean_std(values)
+    return f"{mean:.5f} ± {std:.5f} (n={len(values)})"
+
+
+def best_lambda(results: Results, study: SiloStudy, task: SiloTask, eps: str) -> float:
+    return task.best({lam: statistics.fmean(results[mr_mtl_label(lam)][eps]) for lam in study.lambdas})
+
+
+def score_rows(results: Results, study: SiloStudy, task: SiloTask, paper: dict[tuple[str, str], float],
+               setting: str = "") -> list[ResultRow]:
+    """One row per epsilon and method; ``paper[(eps label, method label)]`` where the paper has a number."""
+    prefix = f"{setting}, " if setting else ""
+    return [
+        ResultRow(f"{prefix}eps={e}", f"{method}: {task.label}", cell(by_eps[e]), paper.get((e, method), "curve only"))
+        for e in map(eps_label, study.epsilons) for method, by_eps in results.items()
+    ]
+
+
+def beats_both_rows(results: Results, study: SiloStudy, task: SiloTask, expected: str, setting: str = "") -> list[ResultRow]:
+    """Per epsilon: does MR-MTL at its best lambda beat both Local and FedAvg (§7 claim 3)?"""
+    rows = []
+    prefix = f"{setting}, " if setting else ""
+    for e in map(eps_label, study.epsilons):
+        lam = best_lambda(results, study, task, e)
+        mrmtl = statistics.fmean(results[mr_mtl_label(lam)][e])
+        local, fedavg = statistics.fmean(results["local"][e]), statistics.fmean(results["fedavg"][e])
+        holds = task.better(mrmtl, local) and task.better(mrmtl, fedavg)
+        rows.append(ResultRow(
+            f"{prefix}eps={e}", "MR-MTL(best lambda) better than both Local and FedAvg",
+            f"lambda*={lam:g}: {mrmtl:.5f} vs local {local:.5f}, fedavg {fedavg:.5f}",
+            expected, "holds" if holds else "does not hold",
+        ))
+    return rows
+
+
+def lambda_trend_row(results: Results, study: SiloStudy, task: SiloTask, setting: str = "lambda sweep") -> list[ResultRow]:
+    """Best lambda over the private epsilons, ascending: non-increasing as privacy loosens (claim 4)."""
+    private = [eps_label(e) for e in sorted(study.epsilons) if e != NON_PRIVATE]
+    if len(private) < 2:
+        return []
+    lams = [best_lambda(results, study, task, e) for e in private]
+    grows = all(a >= b for a, b in zip(lams, lams[1:]))
+    return [ResultRow(
+        setting, "best lambda as epsilon grows " + " -> ".join(private), " -> ".join(f"{x:g}" for x in lams),
+        "non-increasing (claim 4)", "holds" if grows else "does not hold",
+    )]
+
+
+def plot_study(results: Results, study: SiloStudy, task: SiloTask, path: Path, title: str) -> None:
+    """Left: every method's metric vs epsilon (mean ± std over seeds). Right: MR-MTL vs
+    lambda per epsilon, with Local (left end) and FedAvg (right end) as dashed levels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [eps_label(e) for e in study.epsilons]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = range(len(labels))
+    for method, by_eps in results.items():
+        stats = [mean_std(by_eps[e]) for e in labels]
+        left.errorbar(xs, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=method)
+    left.set_xticks(list(xs), [f"eps={e}" for e in labels])
+    left.set_ylabel(task.label)
+    left.set_title(f"{title}: utility vs privacy")
+    left.legend(fontsize=7)
+    plot_lambda_panel(right, results, study, task, "MR-MTL vs lambda")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_lambda_panel(ax, results: Results, study: SiloStudy, task: SiloTask, title: str) -> None:
+    """MR-MTL's metric vs lambda, one line per epsilon, Local and FedAvg as dashed levels."""
+    for i, e in enumerate(eps_label(x) for x in study.epsilons):
+        colour = f"C{i}"
+        ax.plot(study.lambdas, [statistics.fmean(results[mr_mtl_label(lam)][e]) for lam in study.lambdas],
+                marker="o", color=colour, label=f"MR-MTL, eps={e}")
+        for baseline, style in (("local", (0, (2, 2))), ("fedavg", (0, (6, 2)))):
+            if baseline in results:
+                ax.axhline(statistics.fmean(results[baseline][e]), color=colour, linestyle=style, linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("lambda (short dashes: Local, long dashes: FedAvg)")
+    ax.set_ylabel(task.label)
+    ax.set_title(title)
+    ax.legend(fontsize=7)

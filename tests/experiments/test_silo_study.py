@@ -1,0 +1,60 @@
+"""The shared study helpers: scoring, method tables, claim rows (no training)."""
+import math
+
+import pytest
+
+from fedveil.experiments.silo_study import (
+    SiloStudy, SiloTask, beats_both_rows, best_lambda, example_privacy, lambda_trend_row, methods,
+)
+
+ACCURACY = SiloTask("toy", "accuracy", lambda *a: {})
+MSE = SiloTask("toy", "mse", lambda *a: {})
+
+
+def test_score_reads_personal_models_first_then_the_global_model():
+    assert ACCURACY.score({"personal_accuracy_weighted_mean": 0.8, "global_client_accuracy_weighted_mean": 0.7}) == 0.8
+    assert ACCURACY.score({"global_client_accuracy_weighted_mean": 0.7}) == 0.7
+    assert MSE.score({"global_client_mse_weighted_mean": 0.02}) == 0.02
+    assert ACCURACY.best({1: 0.5, 2: 0.9}) == 2 and MSE.best({1: 0.5, 2: 0.9}) == 1
+    assert ACCURACY.label == "test accuracy" and MSE.label == "test MSE"
+
+
+def test_methods_table_and_unknown_baselines():
+    study = SiloStudy(epsilons=[1.0], lambdas=[0.1, 10.0], baselines=["local", "fedavg", "ifca"], select_fraction=0.1)
+    table = methods(study)
+    assert list(table) == ["local", "fedavg", "ifca(10%)", "mr_mtl(lam=0.1)", "mr_mtl(lam=10)"]
+    assert table["ifca(10%)"] == {"name": "ifca", "clusters": 4, "select_fraction": 0.1}
+    with pytest.raises(ValueError, match="unknown baselines \\['fedprox'\\]"):
+        methods(SiloStudy(epsilons=[1.0], lambdas=[1.0], baselines=["fedprox"]))
+
+
+def test_privacy_section():
+    assert example_privacy(math.inf, 1e-3, 1.0) == {"level": "none"}
+    assert example_privacy(2.0, 1e-3, 1.0)["batch_sampling"] == "poisson"
+
+
+def test_claim_rows_compare_means_over_seeds():
+    study = SiloStudy(epsilons=[0.5, 2.0, math.inf], lambdas=[0.1, 1.0])
+    results = {
+        "local": {"0.5": [0.60, 0.62], "2": [0.80, 0.82], "inf": [0.90, 0.90]},
+        "fedavg": {"0.5": [0.75, 0.75], "2": [0.78, 0.78], "inf": [0.80, 0.80]},
+        "mr_mtl(lam=0.1)": {"0.5": [0.70, 0.70], "2": [0.84, 0.80], "inf": [0.89, 0.89]},  # mean 0.82 at eps 2
+        "mr_mtl(lam=1)": {"0.5": [0.74, 0.74], "2": [0.79, 0.79], "inf": [0.85, 0.85]},
+    }
+    assert [best_lambda(results, study, ACCURACY, e) for e in ("0.5", "2", "inf")] == [1.0, 0.1, 0.1]
+    verdicts = [r.verdict for r in beats_both_rows(results, study, ACCURACY, "yes")]
+    # eps 0.5: 0.74 < fedavg 0.75; eps 2: 0.82 > 0.81 and 0.78; inf: 0.89 < local 0.90
+    assert verdicts == ["does not hold", "holds", "does not hold"]
+    (trend,) = lambda_trend_row(results, study, ACCURACY)
+    assert trend.measured == "1 -> 0.1" and trend.verdict == "holds"
+    results["mr_mtl(lam=1)"]["2"] = [0.9, 0.9]
+    (trend,) = lambda_trend_row(results, study, ACCURACY)
+    assert trend.measured == "1 -> 1" and trend.verdict == "holds"
+    results["mr_mtl(lam=1)"]["0.5"] = [0.1, 0.1]
+    (trend,) = lambda_trend_row(results, study, ACCURACY)
+    assert trend.measured == "0.1 -> 1" and trend.verdict == "does not hold"
+
+
+def test_focus_epsilons_get_the_extra_seeds():
+    study = SiloStudy(epsilons=[1.0, 6.0, math.inf], lambdas=[1.0], seeds=[0], focus_epsilons=[6.0], focus_seeds=[1, 2])
+    assert [study.seeds_at(e) for e in study.epsilons] == [[0], [0, 1, 2], [0]]
