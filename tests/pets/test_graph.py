@@ -60,3 +60,38 @@ def test_occurrences_count_neighbourhoods_not_slots():
     neighbour = np.array([[1, 1, 2], [0, -1, -1], [1, 0, -1], [-1, -1, -1]])
     # node 0: own + rows 1, 2 -> 3; node 1: own + rows 0 (twice, counted once), 2 -> 3; node 2: own + row 0 -> 2; node 3: own
     np.testing.assert_array_equal(occurrences(neighbour), [3, 3, 2, 1])
+
+
+def test_occurrence_cap_on_a_star_worked_by_hand():
+    g = star(5)  # hub 0 with leaves 1..5, one contact each
+    nb, edge = sample_neighbours(g, 1, max_occurrences=2)
+    # hub first: the first contact of default_rng(0).permutation(5) -> that leaf is now in 2 neighbourhoods
+    first = int(np.random.default_rng(seed=0).permutation(5)[0])
+    assert nb[0, 0] == first + 1 and edge[0, 0] == first
+    # leaf 1 takes the hub (hub: own + leaf 1 = 2, full); leaves 2..5 find it full and stay empty
+    np.testing.assert_array_equal(nb[1:, 0], [0, -1, -1, -1, -1])
+    assert occurrences(nb).max() == 2
+    uncapped, _ = sample_neighbours(g, 1)
+    assert occurrences(uncapped).max() == 6  # the hub is in every leaf's sample
+
+
+def test_occurrence_cap_holds_on_a_random_multigraph_and_a_repeat_contact_is_free():
+    rng = np.random.default_rng(3)
+    pids = np.arange(60)
+    net = {"pid1": rng.integers(0, 60, 900), "pid2": rng.integers(0, 60, 900)}
+    g = contact_graph(pids, net)
+    for cap in (3, 8):
+        nb, _ = sample_neighbours(g, 5, max_occurrences=cap)
+        assert occurrences(nb).max() <= cap
+    # cap above any possible count: u's sample is the first S contacts of its permutation
+    nb, edge = sample_neighbours(g, 5, max_occurrences=len(pids) + 1)
+    u = 7
+    order = np.random.default_rng(seed=u).permutation(int(g.degree[u]))[:5]
+    np.testing.assert_array_equal(edge[u], g.edge[g.indptr[u] + order])
+    # two contacts with the same person (multigraph) use one occurrence: a cap of 2 still lets
+    # node 0 keep both contacts with node 1
+    g2 = contact_graph(np.array([0, 1]), {"pid1": np.array([0, 0]), "pid2": np.array([1, 1])})
+    nb2, _ = sample_neighbours(g2, 2, max_occurrences=2)
+    np.testing.assert_array_equal(nb2[0], [1, 1])
+    with pytest.raises(ValueError, match="max_occurrences must be >= 1"):
+        sample_neighbours(g2, 2, max_occurrences=0)

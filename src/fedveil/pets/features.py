@@ -240,11 +240,14 @@ def _check_starts(start: np.ndarray, last: int) -> None:
         raise ValueError(f"window starts must lie in 0..{last}, got {start.min()}..{start.max()}")
 
 
-def build_silo_features(data: PandemicTables, num_neighbours: int = 20, progress: bool = False) -> SiloFeatures:
-    """Graph, deterministic neighbour sample and feature tables of one silo (spec 002 §4.5, per silo)."""
+def build_silo_features(
+    data: PandemicTables, num_neighbours: int = 20, progress: bool = False, max_occurrences: int | None = None
+) -> SiloFeatures:
+    """Graph, deterministic neighbour sample and feature tables of one silo (spec 002 §4.5,
+    per silo); ``max_occurrences`` caps the neighbourhoods a person is in (:func:`sample_neighbours`)."""
     pids = data.person["pid"]
     graph = contact_graph(pids, data.population_network)
-    neighbour, edge = sample_neighbours(graph, num_neighbours, progress=progress)
+    neighbour, edge = sample_neighbours(graph, num_neighbours, progress=progress, max_occurrences=max_occurrences)
     centrality = minmax(np.column_stack([graph.degree.astype(float), pagerank(graph)])) if len(pids) else np.zeros((0, 2))
     node = np.column_stack([centrality, personal_features(data)]).astype(np.float32)
     target = None

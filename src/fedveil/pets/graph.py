@@ -87,7 +87,9 @@ def pagerank(graph: ContactGraph, damping: float = 0.85, tol: float = 1e-12, max
     raise RuntimeError(f"pagerank did not converge in {max_iter} iterations")
 
 
-def sample_neighbours(graph: ContactGraph, num_neighbours: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def sample_neighbours(
+    graph: ContactGraph, num_neighbours: int, progress: bool = False, max_occurrences: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic 1-hop sample (spec 002 §4.3, [C2] ``sample_neighborhood_with_edgefeats``).
 
     For node ``u`` with degree ``deg``: ``rng = numpy.random.default_rng(seed=u)``,
@@ -95,19 +97,52 @@ def sample_neighbours(graph: ContactGraph, num_neighbours: int, progress: bool =
     the ``S`` slots hold :data:`PLACEHOLDER`. Returns ``(neighbour, edge)``, both ``(n, S)``:
     the sampled person's node index and the network row of the contact. The same node always
     gets the same sample (a fixed pruning of the graph that can be cached across epochs).
+
+    ``max_occurrences`` caps how many neighbourhoods (own included, see :func:`occurrences`)
+    any person ends up in, which [C2] does not (spec §8) and node-level accounting needs:
+    nodes are visited in index order, ``u``'s contacts in the order of
+    ``rng.permutation(deg)``, and a contact is skipped while its person already fills the
+    cap (a second contact with someone already in ``u``'s sample is free). Without a cap the
+    sample is [C2]'s.
     """
     if num_neighbours < 1:
         raise ValueError(f"the number of sampled neighbours S must be >= 1, got {num_neighbours}")
+    if max_occurrences is not None and max_occurrences < 1:
+        raise ValueError(f"max_occurrences must be >= 1 (a person's own example), got {max_occurrences}")
     n = graph.num_nodes
     neighbour = np.full((n, num_neighbours), PLACEHOLDER, dtype=np.int64)
     edge = np.full((n, num_neighbours), PLACEHOLDER, dtype=np.int64)
     deg = graph.degree
+    held = np.ones(n, dtype=np.int64)  # neighbourhoods each person is in: its own so far
     for u in tqdm(np.flatnonzero(deg), desc="sampling neighbours", unit="node", disable=not progress, mininterval=1.0):
         d = int(deg[u])
-        pick = graph.indptr[u] + np.random.default_rng(seed=int(u)).choice(d, min(num_neighbours, d), replace=False)
+        rng = np.random.default_rng(seed=int(u))
+        if max_occurrences is None:
+            pick = graph.indptr[u] + rng.choice(d, min(num_neighbours, d), replace=False)
+        else:
+            pick = graph.indptr[u] + _capped_pick(graph.neighbour[graph.indptr[u]:graph.indptr[u + 1]],
+                                                  rng.permutation(d), num_neighbours, held, max_occurrences)
         neighbour[u, : len(pick)] = graph.neighbour[pick]
         edge[u, : len(pick)] = graph.edge[pick]
     return neighbour, edge
+
+
+def _capped_pick(others: np.ndarray, order: np.ndarray, slots: int, held: np.ndarray, cap: int) -> np.ndarray:
+    """Positions (into ``others``) of up to ``slots`` contacts taken in ``order``, skipping
+    people already in ``cap`` neighbourhoods; updates ``held`` for the people taken."""
+    taken: list[int] = []
+    chosen: set[int] = set()
+    for position in order:
+        if len(taken) == slots:
+            break
+        v = int(others[position])
+        if v not in chosen:
+            if held[v] >= cap:
+                continue
+            held[v] += 1
+            chosen.add(v)
+        taken.append(int(position))
+    return np.asarray(taken, dtype=np.int64)
 
 
 def occurrences(neighbour: np.ndarray) -> np.ndarray:

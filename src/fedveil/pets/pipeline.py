@@ -106,11 +106,15 @@ class PipelineResult:
 
 
 def prepare(
-    data: PandemicTables, num_neighbours: int = 20, progress: bool = False
+    data: PandemicTables, num_neighbours: int = 20, progress: bool = False, max_occurrences: int | None = None
 ) -> tuple[SiloFeatures, dict[str, SiloFeatures]]:
-    """Features of the whole population (centralised) and of each region's silo (federated)."""
-    central = build_silo_features(data, num_neighbours, progress=progress)
-    silos = {f"region{k}": build_silo_features(t, num_neighbours, progress=progress) for k, t in split_by_region(data).items()}
+    """Features of the whole population (centralised) and of each region's silo (federated);
+    ``max_occurrences`` caps the neighbourhoods one person is in (None: [C2]'s uncapped sample)."""
+    central = build_silo_features(data, num_neighbours, progress, max_occurrences)
+    silos = {
+        f"region{k}": build_silo_features(t, num_neighbours, progress, max_occurrences)
+        for k, t in split_by_region(data).items()
+    }
     return central, silos
 
 
