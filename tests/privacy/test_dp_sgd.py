@@ -235,7 +235,7 @@ def test_layers_that_couple_examples_are_rejected_by_name(layer, kind):
 
 def test_per_example_layers_and_every_zoo_model_are_accepted():
     check_model_for_dp(nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.GroupNorm(2, 4), nn.InstanceNorm1d(4)))
-    shapes = {"char_lstm": ((6,), 5)}
+    shapes = {"char_lstm": ((6,), 5), "convnet": ((3, 12, 12), 4)}  # convnet is unpadded: >= 10x10
     for name in MODELS.names():
         shape, classes = shapes.get(name, ((3, 8, 8), 4))
         check_model_for_dp(build_model(name, shape, classes))
