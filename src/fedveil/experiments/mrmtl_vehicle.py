@@ -104,7 +104,7 @@ def tau_trend_rows(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[R
 
 
 def gain_vs_gap_row(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[ResultRow]:
-    """Claim 5: over all (tau, private epsilon) cells, the gain falls as |Local - FedAvg| grows."""
+    """Claim 5: over all (tau, private epsilon) cells, the gain falls as abs(Local - FedAvg) grows."""
     cells = [
         gain_over_endpoints(per_tau[tau], plan.study, vehicle_task(tau), eps_label(e))
         for tau in plan.taus for e in plan.study.epsilons if e != NON_PRIVATE
@@ -113,7 +113,7 @@ def gain_vs_gap_row(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[
         return []
     rho = float(spearmanr([g for g, _ in cells], [gap for _, gap in cells]).statistic)
     return [ResultRow(
-        "all private cells", "Spearman rho(gain over better endpoint, |Local - FedAvg|)", f"{rho:.2f} over {len(cells)} cells",
+        "all private cells", "Spearman rho(gain over better endpoint, abs(Local - FedAvg))", f"{rho:.2f} over {len(cells)} cells",
         "negative (claim 5: largest gain where Local ~ FedAvg)", "holds" if rho < 0 else "does not hold",
     )]
 
