@@ -35,6 +35,9 @@ def test_tiny_experiment_end_to_end(tmp_path):
     fed = report.extra["runs"]["mrmtl_sigma1"]
     assert len(fed["silos"]) == 2 and sum(s["people"] for s in fed["silos"]) == 2000
     assert all(0 < s["epsilon_code"] < s["epsilon_thesis"] for s in fed["silos"])
+    capped, free = report.extra["runs"]["capped_sigma1"]["silos"][0], report.extra["runs"]["central_sigma1"]["silos"][0]
+    assert capped["max_occurrences"] <= 21 and capped["epsilon_thesis"] <= free["epsilon_thesis"]
+    assert "σ=1, centralised: uncapped / capped neighbour sampling (cap 21)" in rows
     assert any("NOT the challenge's Virginia data" in n for n in report.scale_notes)
     md, js = write_results(report, ctx.out_dir, quick=True)
     assert "SIR baseline, federated fit" in md.read_text() and json.loads(js.read_text())["quick"] is True

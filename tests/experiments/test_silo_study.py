@@ -58,3 +58,18 @@ def test_claim_rows_compare_means_over_seeds():
 def test_focus_epsilons_get_the_extra_seeds():
     study = SiloStudy(epsilons=[1.0, 6.0, math.inf], lambdas=[1.0], seeds=[0], focus_epsilons=[6.0], focus_seeds=[1, 2])
     assert [study.seeds_at(e) for e in study.epsilons] == [[0], [0, 1, 2], [0]]
+
+
+def test_a_bad_config_fails_before_any_run(tmp_path):
+    from fedveil.config import ConfigError
+    from fedveil.experiments.silo_study import run_grid
+
+    def config(algorithm, epsilon, seed, study):
+        rounds = 0 if algorithm["name"] == "mr_mtl" else 1  # only the last method's configs are bad
+        return {"data": {"name": "vehicle_synthetic"}, "model": {"name": "linear"}, "algorithm": algorithm,
+                "federation": {"rounds": rounds}}
+
+    study = SiloStudy(epsilons=[math.inf], lambdas=[1.0], baselines=["local"], rounds=1)
+    with pytest.raises(ConfigError, match="rounds"):
+        run_grid(tmp_path / "runs", study, SiloTask("toy", "accuracy", config))
+    assert not (tmp_path / "runs").exists()  # the valid local run was not started either

@@ -126,13 +126,13 @@ def example_privacy(epsilon: float, delta: float, clip: float) -> dict[str, Any]
 
 def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "") -> Results:
     """Score every method x epsilon x seed; runs live in ``runs_dir/<method>_eps<e>_seed<s>``."""
-    grid = [
-        (label, algorithm, e, s) for label, algorithm in methods(study).items() for e in study.epsilons for s in study.seeds_at(e)
+    grid = [  # every config validated before the first run starts
+        (label, epsilon, seed, validate(task.config(algorithm, epsilon, seed, study)))
+        for label, algorithm in methods(study).items() for epsilon in study.epsilons for seed in study.seeds_at(epsilon)
     ]
     results: Results = {}
-    for label, algorithm, epsilon, seed in tqdm(grid, desc=desc or task.name, unit="run", dynamic_ncols=True):
+    for label, epsilon, seed, config in tqdm(grid, desc=desc or task.name, unit="run", dynamic_ncols=True):
         out = runs_dir / f"{label}_eps{eps_label(epsilon)}_seed{seed}"
-        config = validate(task.config(algorithm, epsilon, seed, study))
         summary = run(config, out, resume=out.exists(), progress=False)
         results.setdefault(label, {}).setdefault(eps_label(epsilon), []).append(task.score(summary))
     return results
