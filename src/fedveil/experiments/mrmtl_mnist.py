@@ -45,17 +45,14 @@ def quick_plan() -> MnistPlan:
     ))
 
 
-def mnist_task(ctx: ExperimentContext, plan: MnistPlan, mask_ratio: float, num_silos: int = SILOS,
-               num_rows: int | None = None) -> SiloTask:
-    """Test accuracy on rotated & masked MNIST silos (fewer silos / rows only in tests)."""
+def mnist_task(ctx: ExperimentContext, plan: MnistPlan, mask_ratio: float, num_silos: int = SILOS) -> SiloTask:
+    """Test accuracy on rotated & masked MNIST silos (fewer silos only in tests)."""
 
     def config(algorithm: dict, epsilon: float, seed: int, study: SiloStudy) -> dict[str, Any]:
         options = {
             "base": "mnist", "base_root": str(ctx.data_dir("mnist-10k", "mnist")), "num_domains": num_silos,
             "rotation_groups": min(ROTATION_GROUPS, num_silos), "mask_ratio": mask_ratio, "patch_size": 2,
         }
-        if num_rows is not None:
-            options["num_rows"] = num_rows
         return {
             "seed": seed,
             "executor": "vectorized",

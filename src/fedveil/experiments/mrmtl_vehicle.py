@@ -15,7 +15,6 @@ Claims checked (the thesis has curves only):
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,7 @@ from scipy.stats import spearmanr
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
     NON_PRIVATE, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
-    lambda_trend_row, mr_mtl_label, plot_lambda_panel, run_grid, score_rows,
+    lambda_trend_row, mean_score, mr_mtl_label, plot_lambda_panel, run_grid, score_rows,
 )
 
 
@@ -67,16 +66,12 @@ def vehicle_task(tau: float, num_silos: int = 23, min_size: int = 872, max_size:
     return SiloTask(f"Vehicle (synthetic), tau={tau:g}", "accuracy", config)
 
 
-def _mean(results: Results, method: str, eps: str) -> float:
-    return statistics.fmean(results[method][eps])
-
-
 def fedavg_wins_under_dp_rows(results: Results, study: SiloStudy, setting: str) -> list[ResultRow]:
     """Claim 1, where Local beats FedAvg without DP: does FedAvg beat Local at every private epsilon?"""
-    if _mean(results, "local", "inf") <= _mean(results, "fedavg", "inf"):
+    if mean_score(results, "local", "inf") <= mean_score(results, "fedavg", "inf"):
         return []
     private = [eps_label(e) for e in study.epsilons if e != NON_PRIVATE]
-    flipped = [e for e in private if _mean(results, "fedavg", e) > _mean(results, "local", e)]
+    flipped = [e for e in private if mean_score(results, "fedavg", e) > mean_score(results, "local", e)]
     return [ResultRow(
         setting, "Local wins without DP; FedAvg wins under DP at eps", ", ".join(flipped) or "none",
         "FedAvg can beat Local under DP (claim 1, Fig. 1.2)", "holds" if flipped else "does not hold",
@@ -86,8 +81,8 @@ def fedavg_wins_under_dp_rows(results: Results, study: SiloStudy, setting: str) 
 def gain_over_endpoints(results: Results, study: SiloStudy, task: SiloTask, eps: str) -> tuple[float, float]:
     """(MR-MTL(best lambda) minus the better endpoint, |Local - FedAvg|) at ``eps``."""
     lam = best_lambda(results, study, task, eps)
-    local, fedavg = _mean(results, "local", eps), _mean(results, "fedavg", eps)
-    return _mean(results, mr_mtl_label(lam), eps) - max(local, fedavg), abs(local - fedavg)
+    local, fedavg = mean_score(results, "local", eps), mean_score(results, "fedavg", eps)
+    return mean_score(results, mr_mtl_label(lam), eps) - max(local, fedavg), abs(local - fedavg)
 
 
 def tau_trend_rows(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[ResultRow]:

@@ -138,6 +138,11 @@ def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "") -
     return results
 
 
+def mean_score(results: Results, method: str, eps: str) -> float:
+    """Mean over seeds of ``method``'s score at epsilon label ``eps``."""
+    return statistics.fmean(results[method][eps])
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
@@ -148,7 +153,7 @@ def cell(values: list[float]) -> str:
 
 
 def best_lambda(results: Results, study: SiloStudy, task: SiloTask, eps: str) -> float:
-    return task.best({lam: statistics.fmean(results[mr_mtl_label(lam)][eps]) for lam in study.lambdas})
+    return task.best({lam: mean_score(results, mr_mtl_label(lam), eps) for lam in study.lambdas})
 
 
 def score_rows(results: Results, study: SiloStudy, task: SiloTask, paper: dict[tuple[str, str], float],
@@ -167,8 +172,8 @@ def beats_both_rows(results: Results, study: SiloStudy, task: SiloTask, expected
     prefix = f"{setting}, " if setting else ""
     for e in map(eps_label, study.epsilons):
         lam = best_lambda(results, study, task, e)
-        mrmtl = statistics.fmean(results[mr_mtl_label(lam)][e])
-        local, fedavg = statistics.fmean(results["local"][e]), statistics.fmean(results["fedavg"][e])
+        mrmtl = mean_score(results, mr_mtl_label(lam), e)
+        local, fedavg = mean_score(results, "local", e), mean_score(results, "fedavg", e)
         holds = task.better(mrmtl, local) and task.better(mrmtl, fedavg)
         rows.append(ResultRow(
             f"{prefix}eps={e}", "MR-MTL(best lambda) better than both Local and FedAvg",
@@ -219,11 +224,11 @@ def plot_lambda_panel(ax, results: Results, study: SiloStudy, task: SiloTask, ti
     """MR-MTL's metric vs lambda, one line per epsilon, Local and FedAvg as dashed levels."""
     for i, e in enumerate(eps_label(x) for x in study.epsilons):
         colour = f"C{i}"
-        ax.plot(study.lambdas, [statistics.fmean(results[mr_mtl_label(lam)][e]) for lam in study.lambdas],
+        ax.plot(study.lambdas, [mean_score(results, mr_mtl_label(lam), e) for lam in study.lambdas],
                 marker="o", color=colour, label=f"MR-MTL, eps={e}")
         for baseline, style in (("local", (0, (2, 2))), ("fedavg", (0, (6, 2)))):
             if baseline in results:
-                ax.axhline(statistics.fmean(results[baseline][e]), color=colour, linestyle=style, linewidth=0.8)
+                ax.axhline(mean_score(results, baseline, e), color=colour, linestyle=style, linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("lambda (short dashes: Local, long dashes: FedAvg)")
     ax.set_ylabel(task.label)
