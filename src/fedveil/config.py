@@ -201,6 +201,12 @@ class PrivacyConfig(_Section):
     noise_schedule: NoiseScheduleConfig = Field(
         default_factory=NoiseScheduleConfig, description="noise multiplier over rounds, scaled to spend epsilon"
     )
+    secure_rng: bool = Field(
+        False, description="draw DP noise and the accounted sampling from the OS's secure generator (not replayable)"
+    )
+    records_per_person: int = Field(
+        1, ge=1, description="most records one person may own: also report a person-level epsilon (k-fold sensitivity)"
+    )
 
     @model_validator(mode="after")
     def _budget_given(self) -> "PrivacyConfig":

@@ -87,7 +87,9 @@ def test_phases_select_then_freeze_then_regularise_towards_the_cluster():
 
 def test_planned_selections_count_the_selection_rounds_taken_part_in():
     alg = make_algorithm("ifca", clusters=2, select_fraction=0.3, rounds=10)
-    (release,) = alg.planned_releases(0, 20, 3.0, [0, 2, 5, 7])
-    assert release.count == 2 and release.event.rho == pytest.approx((0.03 * 3.0) ** 2 / 8)
-    (late,) = alg.planned_releases(1, 20, 3.0, [6, 9])  # first seen after the selection phase: one choice
-    assert late.count == 1
+    planned = alg.planned_releases(0, 20, 3.0, [0, 2, 5, 7])  # selection rounds: 0, 1, 2
+    assert sorted(planned) == [0, 2]
+    for (release,) in planned.values():
+        assert release.count == 1 and release.event.rho == pytest.approx((0.03 * 3.0) ** 2 / 8)
+    late = alg.planned_releases(1, 20, 3.0, [6, 9])  # first seen after the selection phase: one choice
+    assert sorted(late) == [6] and late[6][0].count == 1

@@ -127,6 +127,16 @@ def test_node_and_contact_features_of_hand_made_tables(tiny):
     np.testing.assert_allclose(rows[0], at_home, rtol=1e-5)
 
 
+def test_occurrence_bound_is_the_observed_maximum_or_the_a_priori_cap(tiny):
+    """Samples: 10 -> {20, 40}, 20 -> {10}, 30 -> {40}, 40 -> {10, 30}, so persons 10 and 40 are in
+    their own and two others' neighbourhoods (3). With a cap of 5 the sample is the same, but
+    Theorem 2.4.4 gets the cap, a constant fixed before seeing the data."""
+    free = build_silo_features(tiny, num_neighbours=20)
+    assert free.max_occurrences() == free.occurrence_bound() == 3
+    capped = build_silo_features(tiny, num_neighbours=20, max_occurrences=5)
+    assert capped.max_occurrences() == 3 and capped.occurrence_bound() == 5
+
+
 def test_test_labels_use_last_window_and_hidden_week(tiny):
     silo = build_silo_features(tiny, num_neighbours=5)
     np.testing.assert_array_equal(silo.test_labels(), [1, 0, 0, 0])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedveil.pets.focal import focal_loss
-from fedveil.pets.logreg import TrainConfig, clipped_sum, per_example_grads, private_step, train
+from fedveil.pets.logreg import TrainConfig, clipped_sum, per_example_grads, private_step, train, uniform_batches
 from fedveil.privacy.dp_sgd import clip_factors
 
 
@@ -100,6 +100,42 @@ class FakeSilo:
 
     def labels(self, idx, start):
         return self.y[idx]
+
+
+def test_uniform_batches_are_independent_draws_without_replacement():
+    """n = 20, b = 5. Each batch holds 5 distinct rows. The number rho of rows {0, 1, 2} (a node's
+    S = 3 examples) in a batch is Hypergeometric(20, 3, 5), the rho of Theorem 2.4.4:
+    P(rho = k) = C(3, k) C(17, 5 - k) / C(20, 5) = (6188, 7140, 2040, 136) / 15504.
+    Two consecutive batches share 5 * 5 / 20 = 1.25 rows on average (0 within a shuffled epoch)."""
+    steps = 20_000
+    batches = torch.stack(list(uniform_batches(20, 5, steps, torch.Generator().manual_seed(0))))
+    assert batches.shape == (steps, 5) and batches.min() >= 0 and batches.max() <= 19
+    ordered = batches.sort(dim=1).values
+    assert (ordered[:, 1:] > ordered[:, :-1]).all()
+    rho = torch.isin(batches, torch.tensor([0, 1, 2])).sum(dim=1)
+    freq = torch.bincount(rho, minlength=4).double() / steps
+    torch.testing.assert_close(freq, torch.tensor([6188, 7140, 2040, 136], dtype=torch.float64) / 15504, atol=0.015, rtol=0)
+    shared = (batches[1:, :, None] == batches[:-1, None, :]).any(dim=2).sum(dim=1).double()
+    assert shared.mean().item() == pytest.approx(1.25, abs=0.05)
+    with pytest.raises(ValueError, match="batch_size"):
+        next(uniform_batches(4, 5, 1, torch.Generator()))
+
+
+def test_train_draws_every_step_independently():
+    """One epoch is n // b = 10 steps of 10 distinct rows out of n = 100; a shuffled epoch would
+    visit every row exactly once, independent draws leave some out and repeat others."""
+    seen = []
+
+    class Recording(FakeSilo):
+        def examples(self, idx, start):
+            seen.append(idx)
+            return super().examples(idx, start)
+
+    x, y = np.zeros((100, 3), dtype=np.float32), np.zeros(100, dtype=np.float32)
+    cfg = TrainConfig(batch_size=10, noise_multiplier=0.0)
+    train(torch.zeros(4), Recording(x, y), cfg, epochs=1, rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+    assert len(seen) == 10 and all(len(np.unique(idx)) == 10 for idx in seen)
+    assert len(np.unique(np.concatenate(seen))) < 100
 
 
 def test_train_takes_n_over_batch_steps_per_epoch_and_learns_a_separable_rule():

@@ -77,18 +77,18 @@ def test_federated_mrmtl_beats_random_on_an_easy_outbreak():
     assert run_centralised(central, cfg).metrics.ap > 5 * m.positive_rate
     # the constant-risk SIR baseline ranks people only by silo
     assert run_sir_baseline(silos).metrics.ap < 2 * m.positive_rate
-    # node-level epsilon is reported per silo with delta = 1/n_k; sigma = 0 is not private
-    assert fed.silos[0].privacy["thesis"].delta == 1 / 1200 and fed.silos[0].privacy["thesis"].epsilon == float("inf")
+    # Theorem 2.4.4's epsilon is reported per silo with delta = 1/n_k; sigma = 0 is not private
+    assert fed.silos[0].thm244["thesis"].delta == 1 / 1200 and fed.silos[0].thm244["thesis"].epsilon == float("inf")
 
 
-def test_privacy_is_finite_with_noise_and_larger_for_the_thesis_exponent():
+def test_thm244_epsilon_is_finite_with_noise_and_larger_for_the_thesis_exponent():
     data = easy_tables(households=300)
     _, silos = prepare(data, num_neighbours=1)
     cfg = PipelineConfig(num_neighbours=1, train=TrainConfig(batch_size=32, noise_multiplier=1.0), rounds=1, local_epochs=1)
     res = run_federated(silos, cfg)
     for s in res.silos:
-        assert s.max_occurrences == 2  # own neighbourhood + the partner's
-        assert 0 < s.privacy["code"].epsilon < s.privacy["thesis"].epsilon < float("inf")
+        assert s.thm244_s == 2  # own neighbourhood + the partner's
+        assert 0 < s.thm244["code"].epsilon < s.thm244["thesis"].epsilon < float("inf")
 
 
 def test_metrics_and_config_errors():

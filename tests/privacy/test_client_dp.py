@@ -71,7 +71,7 @@ def test_noise_of_the_mean_has_std_z_clip_over_m():
     draws = []
     for _ in range(4000):
         mean, facts = dp.noisy_mean([{k: torch.zeros_like(v) for k, v in template.items()}] * 3, template, gen)
-        assert facts == {"clip": clip}
+        assert facts == {"clip": clip, "noise_multiplier": z}  # what was released: clip and noise
         draws.append(torch.cat([mean["w"], mean["b"]]))
     draws = torch.stack(draws).double()  # (draws, 25 coordinates)
     want = z * clip / m
@@ -126,14 +126,19 @@ def test_adaptive_clip_step_reproduces_the_draws():
     dp = adaptive(C, z, m, gamma, eta, sigma_b)
     updates = [upd([0.3, 0.0], [[0.4]]), upd([3.0, 0.0], [[4.0]]), upd([0.0, 0.6], [[0.0]])]  # norms 0.5, 5, 0.6
     mean, facts = dp.noisy_mean(updates, ZERO, torch.Generator().manual_seed(11))
-    assert facts == {"clip": C}  # the clip used this round
+    z_update = (z**-2 - (2 * sigma_b) ** -2) ** -0.5
+    # the two releases: update noise z_update C (sensitivity C), count noise sigma_b on shifted
+    # bits (sensitivity 1/2); together one Gaussian with (z_update^-2 + (0.5 / sigma_b)^2)^-1/2 = z
+    assert facts["clip"] == C and facts["update_noise_multiplier"] == pytest.approx(z_update, rel=1e-12)
+    assert facts["clip_count_noise"] == sigma_b and facts["clip_count_sensitivity"] == 0.5
+    assert facts["noise_multiplier"] == pytest.approx(z, rel=1e-12)
 
     gen = torch.Generator().manual_seed(11)
     noise = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in ZERO.items()}
     g = float(torch.randn((), generator=gen, dtype=torch.float64))
-    z_update = (z**-2 - (2 * sigma_b) ** -2) ** -0.5
-    unclipped = 2
-    assert dp.clip == pytest.approx(C * math.exp(-eta * ((unclipped + sigma_b * g) / m - gamma)), rel=1e-12)
+    unclipped, cohort = 2, 3  # shifted count: sum of (b_i - 1/2) = 2 - 1.5, unshifted after dividing by m
+    share = (unclipped - cohort / 2 + sigma_b * g) / m + 0.5
+    assert dp.clip == pytest.approx(C * math.exp(-eta * (share - gamma)), rel=1e-12)
     total = {"a": torch.tensor([0.3 + 0.6, 0.6]), "b": torch.tensor([[0.4 + 0.8]])}  # the 5 scaled to 1
     for k in ZERO:
         torch.testing.assert_close(mean[k], (total[k] + z_update * C * noise[k]) / m)

@@ -100,10 +100,13 @@ class Algorithm:
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
         raise NotImplementedError
 
-    def planned_releases(self, client_id: int, num_train: int, budget: float | None, rounds: list[int]) -> list[Release]:
-        """The ``releases`` client ``client_id`` will return over the run if it takes part in
-        ``rounds``, so that DP-SGD noise is calibrated to leave room for them."""
-        return []
+    def planned_releases(
+        self, client_id: int, num_train: int, budget: float | None, rounds: list[int]
+    ) -> dict[int, list[Release]]:
+        """The ``releases`` client ``client_id`` will return in each round if it takes part in
+        ``rounds`` (round -> releases), so that DP-SGD noise is calibrated to leave room for
+        them and the ledger check knows when to expect them."""
+        return {}
 
     def global_params(self, server_state: State) -> Params:
         return server_state["params"]

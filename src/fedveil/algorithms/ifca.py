@@ -35,6 +35,7 @@ from .. import params as P
 from ..config import ConfigError
 from ..models.functional import forward
 from ..privacy.accounting import Release, report_noisy_max_release
+from ..privacy.randomness import uniform
 from ..seeding import derive_seed
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
 from .mean_regularized import regulariser, sample_weight
@@ -94,13 +95,13 @@ class IFCA(Algorithm):
             raise ConfigError("privacy: private IFCA selection needs privacy.epsilon (eps_sel is a share of it)")
         return self.hp.selection_budget_fraction * budget
 
-    def planned_releases(self, client_id: int, num_train: int, budget: float | None, rounds: list[int]) -> list[Release]:
-        count = sum(1 for r in rounds if r < self.selection_rounds)
+    def planned_releases(
+        self, client_id: int, num_train: int, budget: float | None, rounds: list[int]
+    ) -> dict[int, list[Release]]:
+        selecting = [r for r in rounds if r < self.selection_rounds]
         if rounds and rounds[0] >= self.selection_rounds:
-            count += 1  # first seen after the selection phase: chooses once
-        if count == 0:
-            return []
-        return [report_noisy_max_release(self.selection_epsilon(budget), count)]
+            selecting.append(rounds[0])  # first seen after the selection phase: chooses once
+        return {r: [report_noisy_max_release(self.selection_epsilon(budget))] for r in selecting}
 
     def scores(self, centroids: dict[int, P.Params], task: ClientTask) -> torch.Tensor:
         """Error rate (classification) or mean clipped loss (regression) of each centroid on the local training set."""
@@ -126,8 +127,8 @@ class IFCA(Algorithm):
         if task.dp is None:
             return int(scores.argmin()), []
         eps_sel = self.selection_epsilon(task.privacy_budget)
-        uniform = torch.rand(len(scores), generator=task.generator, dtype=torch.float64).clamp(min=1e-300)
-        gumbel = -torch.log(-torch.log(uniform))
+        draws = uniform(len(scores), task.dp.source(task.generator), torch.float64).clamp(min=1e-300)
+        gumbel = -torch.log(-torch.log(draws))
         noisy = scores.double() - (2.0 * self.sensitivity(task.data.num_train) / eps_sel) * gumbel
         return int(noisy.argmin()), [report_noisy_max_release(eps_sel)]
 

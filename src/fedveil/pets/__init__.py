@@ -4,8 +4,9 @@ Modules: :mod:`.tables` (the §4.1 schema), :mod:`.csv_io` (its CSV files), :mod
 and :mod:`.epidemic` (``synthetic_pandemic``: made-up population, contacts and outbreak),
 :mod:`.graph` (contact multigraph, PageRank, deterministic neighbour sampling),
 :mod:`.features` (neighbourhood vectors, random-window labels), :mod:`.focal` (focal loss),
-:mod:`.logreg` (DP-SGD logistic regression), :mod:`.node_dp` (node-level accounting),
-:mod:`.baseline` (organisers' SIR model), :mod:`.pipeline` (centralised vs MR-MTL).
+:mod:`.logreg` (DP-SGD logistic regression), :mod:`.node_dp` (Theorem 2.4.4's node-level
+epsilon, not a guarantee for this pipeline: see :mod:`.pipeline`), :mod:`.baseline`
+(organisers' SIR model), :mod:`.pipeline` (centralised vs MR-MTL).
 """
 from .csv_io import read_csv_tables, write_csv_tables
 from .features import FeatureLayout, SiloFeatures, build_silo_features, feature_dim

@@ -21,6 +21,13 @@ so ``d = 11 + 83 S`` (1671 for S = 20). Empty neighbour slots are all zeros (nod
 *and* contact features; [C2] zeroes the node and history parts only and leaves the
 placeholder's contact features in, which this implementation does not copy).
 
+Several features are statistics of the whole silo, not of a person's neighbourhood: the
+MinMax range of degree and PageRank, PageRank itself (a function of the whole contact
+graph), the mean and standard deviation of age, the Box-Cox ``lambda`` of household size (a
+maximum-likelihood fit on the silo) and the mean and standard deviation of the coordinates
+of the locations the silo's people use. Changing one person therefore moves the features of
+examples that do not contain them, against Theorem 2.4.4's premise (:mod:`.node_dp`).
+
 Labels: ``y = 1`` iff the ego is S on all 21 window days and I or R on one of the next 7.
 Training draws one window start ``s ~ U{0..28}`` per person per epoch; inference uses the
 last window (start 36, days 36..56), labelled with the hidden week (``target``).
@@ -175,6 +182,7 @@ class SiloFeatures:
     edge: np.ndarray  # (n, S, D_EDGE) float32, zeros for empty slots
     states: np.ndarray  # (n, 57) int8 codes S=0, I=1, R=2
     target: np.ndarray | None  # (n,) hidden-week "infected", if known
+    occurrence_cap: int | None = None  # the a-priori cap of the neighbour sample, if it was capped
 
     @property
     def num_nodes(self) -> int:
@@ -185,8 +193,13 @@ class SiloFeatures:
         return FeatureLayout(self.neighbour.shape[1])
 
     def max_occurrences(self) -> int:
-        """Most neighbourhoods any one person appears in (the node-level accounting's ``S``)."""
+        """Most neighbourhoods any one person appears in (a statistic of the data)."""
         return int(occurrences(self.neighbour).max(initial=1))
+
+    def occurrence_bound(self) -> int:
+        """The ``S`` given to Theorem 2.4.4: the a-priori cap if the sample was capped (a public
+        constant), else the observed :meth:`max_occurrences` (data-dependent)."""
+        return self.max_occurrences() if self.occurrence_cap is None else self.occurrence_cap
 
     def examples(self, idx: np.ndarray, start: np.ndarray | int) -> np.ndarray:
         """``(len(idx), d)`` float32 example vectors of nodes ``idx`` for windows starting at ``start``."""
@@ -254,5 +267,6 @@ def build_silo_features(
     if data.target is not None:
         target = np.zeros(len(pids), dtype=np.int8)
         target[index_of(pids, data.target["pid"], "target", "pid")] = data.target["infected"]
-    return SiloFeatures(pids, node, neighbour, edge_features(data, edge), state_matrix(data.disease_outcome, pids), target)
+    return SiloFeatures(pids, node, neighbour, edge_features(data, edge), state_matrix(data.disease_outcome, pids), target,
+                        max_occurrences)
 

@@ -99,11 +99,16 @@ def sample_neighbours(
     gets the same sample (a fixed pruning of the graph that can be cached across epochs).
 
     ``max_occurrences`` caps how many neighbourhoods (own included, see :func:`occurrences`)
-    any person ends up in, which [C2] does not (spec §8) and node-level accounting needs:
-    nodes are visited in index order, ``u``'s contacts in the order of
-    ``rng.permutation(deg)``, and a contact is skipped while its person already fills the
-    cap (a second contact with someone already in ``u``'s sample is free). Without a cap the
-    sample is [C2]'s.
+    any person ends up in, which [C2] does not (spec §8) and Theorem 2.4.4 assumes: nodes are
+    visited in index order, ``u``'s contacts in the order of ``rng.permutation(deg)``, and a
+    contact is skipped while its person already fills the cap (a second contact with someone
+    already in ``u``'s sample is free). Without a cap the sample is [C2]'s.
+
+    Neither sample confines one person's influence to the neighbourhoods that hold them, as
+    the theorem's premise needs: a node's draw depends on its degree, so changing a person's
+    contacts re-draws the samples of all those contacts (the index seeds shift too if a person
+    is added or removed); and with a cap, which contacts a node skips depends on the picks of
+    every node visited before it, so one change cascades through the rest of the graph.
     """
     if num_neighbours < 1:
         raise ValueError(f"the number of sampled neighbours S must be >= 1, got {num_neighbours}")
@@ -148,7 +153,7 @@ def _capped_pick(others: np.ndarray, order: np.ndarray, slots: int, held: np.nda
 def occurrences(neighbour: np.ndarray) -> np.ndarray:
     """How many neighbourhoods (examples) contain each node: its own plus the sampled
     neighbourhoods of other nodes that hold it (once per neighbourhood, however many slots).
-    Its maximum is the ``S`` of node-level accounting (spec 002 §4.4, Thm 2.4.4)."""
+    Its maximum is the smallest ``S`` Theorem 2.4.4 could be given for this sample (spec 002 §4.4)."""
     n = len(neighbour)
     rows = np.sort(neighbour, axis=1)
     first = np.ones_like(rows, dtype=bool)

@@ -10,20 +10,26 @@ so [C2]'s ``lambda = 0.0003`` is ``lambda = 0.0006`` here).
 
 A step is the DP-SGD step of :mod:`fedveil.privacy.dp_sgd`: global-L2 clip
 ``min(1, C / (||g_i|| + 1e-15))``, sum, Gaussian noise ``C z N(0, I)``, divide by the batch
-size, ``theta <- theta - lr * g``. Batches come from :func:`fedveil.privacy.dp_sgd.shuffled_batches`
-(a fresh permutation per epoch, consecutive batches of ``B_k = min(B, n_k)``, the last partial
-batch dropped, so every step has the same denominator; [C2] keeps the partial batch).
-Each epoch draws a fresh random window start ``s ~ U{0..28}`` per person (§4.3).
+size, ``theta <- theta - lr * g``. Every step's batch is an independent uniform draw of
+``B_k = min(B, n_k)`` of the ``n_k`` examples without replacement (:func:`uniform_batches`), the
+sampling Theorem 2.4.4 accounts for (a hypergeometric ``rho`` per step, composed over the
+steps; :mod:`.node_dp`). An "epoch" is ``n_k // B_k`` such steps, so every step has the same
+denominator and the step count is that of shuffled epochs with the last partial batch
+dropped. [C2] shuffles every epoch into consecutive batches (keeping the partial one): the
+batches of an epoch are then disjoint, which the per-step hypergeometric accounting does not
+describe. Each epoch draws a fresh random window start ``s ~ U{0..28}`` per person (§4.3).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..privacy.dp_sgd import CLIP_EPS, add_gaussian_noise, shuffled_batches
+from ..privacy.dp_sgd import CLIP_EPS, add_gaussian_noise
+from ..privacy.randomness import RandomSource, permutation
 from .features import NUM_TRAIN_STARTS, TEST_START, SiloFeatures
 from .focal import focal_loss, focal_loss_grad
 
@@ -91,6 +97,16 @@ def private_step(
     return theta - cfg.lr * noisy / len(x)
 
 
+def uniform_batches(n: int, batch_size: int, steps: int, generator: RandomSource) -> Iterator[torch.Tensor]:
+    """``steps`` batches, each ``batch_size`` distinct rows of ``0..n-1`` drawn uniformly without
+    replacement, independently of the other batches: the sampling of Theorem 2.4.4, where the
+    number of a node's ``S`` examples in a batch is ``Hypergeometric(n, S, batch_size)``."""
+    if not 0 < batch_size <= n:
+        raise ValueError(f"batch_size must be in [1, n={n}], got {batch_size}")
+    for _ in range(steps):
+        yield permutation(n, generator)[:batch_size]
+
+
 @dataclass
 class TrainLog:
     steps: int = 0
@@ -116,7 +132,7 @@ def train(
 ) -> tuple[torch.Tensor, TrainLog]:
     """``epochs`` epochs of DP-SGD from ``theta``; with ``centre`` and ``lam > 0`` each
     per-example gradient gets MR-MTL's ``lam (theta - centre)``. ``rng`` draws the window
-    starts, ``generator`` the batch order and the noise."""
+    starts, ``generator`` the batches and the noise."""
     if epochs < 0 or lam < 0:
         raise ValueError(f"need epochs >= 0 and lam >= 0, got {epochs}, {lam}")
     if theta.shape != (silo.layout.dim + 1,):
@@ -128,7 +144,7 @@ def train(
     bar = tqdm(total=epochs * per_epoch, desc=desc, unit="step", disable=not progress, leave=False)
     for _ in range(epochs):
         starts = rng.integers(0, NUM_TRAIN_STARTS, size=n)
-        for idx in shuffled_batches(n, batch, per_epoch, generator):
+        for idx in uniform_batches(n, batch, per_epoch, generator):
             idx = idx.numpy()
             x = torch.from_numpy(silo.examples(idx, starts[idx])).to(theta.dtype)
             y = torch.from_numpy(silo.labels(idx, starts[idx])).to(theta.dtype)

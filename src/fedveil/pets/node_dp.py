@@ -1,9 +1,18 @@
-"""Node-level DP of DP-SGD on neighbourhood examples (spec 002 §4.4, Theorem 2.4.4 after [37]).
+"""Theorem 2.4.4's node-level epsilon (spec 002 §4.4, after [37]) of DP-SGD on neighbourhood examples.
 
-A subgraph of ``n`` nodes gives ``n`` examples (neighbourhoods); each node appears in at most
-``S`` of them. DP-SGD with batches of ``b`` examples drawn without replacement, clip ``C`` and
-noise multiplier ``sigma`` (noise std ``sigma C`` on the sum of clipped gradients) is, per
-step, ``(alpha, gamma(alpha))``-node-level RDP with ::
+**A formula, not a guarantee for** :mod:`fedveil.pets`. The theorem assumes a subgraph of ``n``
+nodes gives ``n`` examples (neighbourhoods) and that replacing one node changes at most ``S``
+of them (its own and the ``S - 1`` others it was sampled into; [C2] passes ``S = D = S_1 =
+20``), ``S`` fixed before seeing the data. The pipeline breaks that premise (global-statistic
+features, a data-dependent ``S``, a cascading capped sampler; see :mod:`.pipeline`), so what
+:func:`node_epsilon` returns there is "the Theorem 2.4.4 node-level epsilon under the
+theorem's assumptions", a figure to compare with the thesis's Table 2.6, which rests on the
+same assumptions.
+
+Under them, DP-SGD whose every step draws ``b`` of the ``n`` examples uniformly without
+replacement, independently of the other steps (:func:`fedveil.pets.logreg.uniform_batches`),
+with clip ``C`` and noise multiplier ``sigma`` (noise std ``sigma C`` on the sum of clipped
+gradients) is, per step, ``(alpha, gamma(alpha))``-node-level RDP (one node replaced) with ::
 
     gamma(alpha) = 1/(alpha - 1) * ln E_rho[ exp(alpha (alpha - 1) c rho^2 / sigma^2) ],
     rho ~ Hypergeometric(population n, S successes, b draws),
@@ -14,8 +23,8 @@ RDP composes over the ``T`` steps.
 The constant ``c`` is where the thesis and its code disagree (spec 002 §4.4, §8):
 
 - ``"thesis"`` (Theorem 2.4.4 as printed, ``c = 2``): Gaussian RDP ``alpha Delta^2 / (2 sigma^2 C^2)``
-  with sensitivity ``Delta = 2 rho C``. This is the sound value: changing (replacing or
-  removing) one node changes *every* neighbourhood that holds it, and a changed example's
+  with sensitivity ``Delta = 2 rho C``. This is the right value under the theorem's premise:
+  replacing one node changes *every* neighbourhood that holds it, and a changed example's
   clipped gradient can move by up to ``2C`` (the example stays in the data set with other
   features; it is not removed).
 - ``"code"`` ([C2] ``accounting.compute_node_dp``, ``c = 1/2``): sensitivity ``rho C``, i.e.
@@ -24,12 +33,15 @@ The constant ``c`` is where the thesis and its code disagree (spec 002 §4.4, §
 
 **Decision**: :func:`node_epsilon` defaults to ``"thesis"``; ``"code"`` is offered to compare
 with the thesis's numbers. Note that ``eps_thesis(sigma) = eps_code(sigma / 2)``.
-``S`` is the largest number of neighbourhoods one node is in: the ego's own plus the sampled
-neighbourhoods of others (the thesis assumes <= ``S_1`` others; [C2] passes ``D = 20``).
 The RDP is converted to ``(epsilon, delta)`` with dp-accounting's ``compute_epsilon`` (the
 improved conversion of spec 002 eq. 1.4, as tf-privacy's ``get_privacy_spent`` used by [C2])
-over the [C2] orders :data:`C2_ORDERS`; the default ``delta`` is ``1/n``. [C2] counts
-``epochs * ceil(n / b)`` steps (:func:`steps_for_epochs`).
+over the [C2] orders :data:`C2_ORDERS`. [C2] counts ``epochs * ceil(n / b)`` steps
+(:func:`steps_for_epochs`).
+
+**delta** defaults to ``1/n``, the thesis's and [C2]'s choice (Fig 2.8, Table 2.6), kept so the
+figures compare with theirs. It is weaker than the usual ``delta << 1/n``: a mechanism that
+publishes each person's whole record with probability ``1/n`` (one person in expectation) is
+``(0, 1/n)``-DP. Pass a smaller ``delta`` for a figure meant as a privacy statement.
 """
 from __future__ import annotations
 
@@ -50,6 +62,8 @@ EXPONENT = {"thesis": 2.0, "code": 0.5}
 
 @dataclass(frozen=True)
 class NodeDP:
+    """Theorem 2.4.4's ``(epsilon, delta)``: node-level only under the theorem's assumptions."""
+
     epsilon: float
     delta: float
     order: float  # the RDP order that gave epsilon
@@ -101,7 +115,8 @@ def node_epsilon(
     convention: str = "thesis",
     orders: tuple[float, ...] = C2_ORDERS,
 ) -> NodeDP:
-    """Node-level ``(epsilon, delta)`` after ``steps`` DP-SGD steps (``delta`` defaults to ``1/n``)."""
+    """Theorem 2.4.4's node-level ``(epsilon, delta)`` after ``steps`` DP-SGD steps (``delta``
+    defaults to ``1/n`` as the thesis; see the module docstring for why that is weak)."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     delta = 1.0 / num_nodes if delta is None else delta

@@ -15,8 +15,26 @@ DP-SGD logistic regression with focal loss on random-window examples (:mod:`.log
   federated (summed numerator and denominator).
 
 Metrics (§4.6): average precision (AUPRC, ``sklearn.metrics.average_precision_score``) over
-all people, pooled across silos; recall and F1 at threshold 0.5. Each silo's node-level
-``(epsilon, 1/n_k)`` comes from :mod:`.node_dp` with the steps it actually took.
+all people, pooled across silos; recall and F1 at threshold 0.5.
+
+Privacy figure: each silo reports the node-level ``(epsilon, delta = 1/n_k)`` of Theorem 2.4.4
+(:mod:`.node_dp`) for the steps it actually took, *under the theorem's assumptions*. It is
+**not a node-level guarantee for this pipeline**, because one person's change reaches more
+than the ``S`` examples the theorem counts:
+
+(i) features that are statistics of the whole silo (:mod:`.features`): MinMax-scaled degree
+    and PageRank (PageRank itself global), standardised age, Box-Cox household size with a
+    fitted ``lambda``, standardised location coordinates; one person's change moves every
+    example's features. Their contacts' degrees also change, which re-draws those contacts'
+    neighbour samples (:func:`.graph.sample_neighbours`);
+(ii) ``S``: without a cap it is the observed most neighbourhoods one person is in, a
+     statistic of the data (a neighbouring graph can have more); with a cap it is the
+     a-priori cap, but the capped sampler cascades (one change alters later nodes' picks);
+(iii) sampling: each step draws its batch independently, as the theorem assumes
+      (:func:`.logreg.uniform_batches`; it used to be shuffled epochs). No example-level
+      epsilon is reported.
+
+It is kept as a comparison with the thesis's Table 2.6, which rests on the same assumptions.
 """
 from __future__ import annotations
 
@@ -83,8 +101,8 @@ class SiloResult:
     labels: np.ndarray
     steps: int = 0
     batch_size: int = 0
-    max_occurrences: int = 0  # most neighbourhoods one person is in (the accounting's S)
-    privacy: dict[str, NodeDP] = field(default_factory=dict)
+    thm244_s: int = 0  # the S given to Theorem 2.4.4 (SiloFeatures.occurrence_bound)
+    thm244: dict[str, NodeDP] = field(default_factory=dict)  # not a guarantee here (module docstring)
 
     @property
     def metrics(self) -> Metrics:
@@ -101,8 +119,8 @@ class PipelineResult:
         """Pooled over all silos' people."""
         return Metrics.of(np.concatenate([s.probs for s in self.silos]), np.concatenate([s.labels for s in self.silos]))
 
-    def max_epsilon(self, key: str) -> float:
-        return max(s.privacy[key].epsilon for s in self.silos)
+    def max_thm244_epsilon(self, key: str) -> float:
+        return max(s.thm244[key].epsilon for s in self.silos)
 
 
 def prepare(
@@ -118,17 +136,17 @@ def prepare(
     return central, silos
 
 
-def privacy_of(silo: SiloFeatures, cfg: PipelineConfig, steps: int) -> tuple[int, dict[str, NodeDP]]:
-    """Node-level epsilons of a silo that took ``steps`` DP-SGD steps (delta = 1/n_k).
+def thm244_epsilons(silo: SiloFeatures, cfg: PipelineConfig, steps: int) -> tuple[int, dict[str, NodeDP]]:
+    """Theorem 2.4.4's node-level epsilons (delta = 1/n_k) of a silo that took ``steps`` DP-SGD
+    steps: figures under the theorem's assumptions, not guarantees (module docstring).
 
-    ``"thesis"``: Theorem 2.4.4 as printed, with ``S`` = the most neighbourhoods one person
-    of this silo is actually in (sound for this sample). ``"code"``: [C2]'s exponent and
-    ``D = S_1`` as [C2] passes it (comparable with the thesis's Table 2.6).
+    ``"thesis"``: the theorem as printed, with ``S`` = :meth:`SiloFeatures.occurrence_bound`.
+    ``"code"``: [C2]'s exponent and ``D = S_1`` as [C2] passes it (comparable with Table 2.6).
     """
     n, batch, sigma = silo.num_nodes, min(cfg.train.batch_size, silo.num_nodes), cfg.train.noise_multiplier
-    occ = silo.max_occurrences()
-    return occ, {
-        "thesis": node_epsilon(n, occ, batch, sigma, steps, convention="thesis"),
+    bound = silo.occurrence_bound()
+    return bound, {
+        "thesis": node_epsilon(n, bound, batch, sigma, steps, convention="thesis"),
         "code": node_epsilon(n, min(cfg.num_neighbours, n), batch, sigma, steps, convention="code"),
     }
 
@@ -139,9 +157,9 @@ def run_centralised(silo: SiloFeatures, cfg: PipelineConfig, progress: bool = Fa
         theta, silo, cfg.train, cfg.central_epochs, numpy_generator(cfg.seed, "windows", name),
         torch_generator(cfg.seed, "dpsgd", name), progress=progress, desc=name,
     )
-    occ, privacy = privacy_of(silo, cfg, log.steps)
+    bound, eps = thm244_epsilons(silo, cfg, log.steps)
     result = SiloResult(name, silo.num_nodes, predict(theta, silo), silo.test_labels(), log.steps,
-                        min(cfg.train.batch_size, silo.num_nodes), occ, privacy)
+                        min(cfg.train.batch_size, silo.num_nodes), bound, eps)
     return PipelineResult(name, [result])
 
 
@@ -171,9 +189,9 @@ def run_federated(
         centre = (weights[:, None] * torch.stack(list(theta.values()))).sum(0) / weights.sum()
     results = []
     for k, silo in silos.items():
-        occ, privacy = privacy_of(silo, cfg, steps[k])
+        bound, eps = thm244_epsilons(silo, cfg, steps[k])
         results.append(SiloResult(k, silo.num_nodes, predict(theta[k], silo), silo.test_labels(), steps[k],
-                                  min(cfg.train.batch_size, silo.num_nodes), occ, privacy))
+                                  min(cfg.train.batch_size, silo.num_nodes), bound, eps))
     return PipelineResult(name, results)
 
 

@@ -1112,6 +1112,18 @@ class PrivacyLedger:
         """``{subject: epsilon}`` for every subject with records."""
         return {s: self.epsilon(s, delta) for s in self._subjects}
 
+    def epsilon_of(self, releases: Any, delta: float) -> float:
+        """Epsilon of ``releases`` (Releases / DpEvents) composed afresh with this ledger's
+        accountant configuration, e.g. a plan to compare the ledger with."""
+        releases = _as_releases(releases)
+        if not releases:
+            return 0.0
+        return _epsilon_of(releases, _check_delta(delta), self.accountant, self.orders, self.value_discretization_interval)
+
+    def records_since(self, start: int) -> list[tuple[Subject, Release]]:
+        """``(subject, release)`` of every record from the ``start``-th (0-based) on, in record order."""
+        return [(subject, self._subjects[subject].releases[idx]) for subject, idx in self._log[start:]]
+
     def epsilon_with(self, subject: Subject, extra_events: Any, delta: float) -> float:
         """Epsilon ``subject`` would have after also recording ``extra_events`` (Releases / DpEvents)."""
         subject = _check_subject(subject)

@@ -14,7 +14,7 @@ Models must not mix examples within a batch: call :func:`check_model_for_dp` onc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -22,6 +22,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..params import Params
+from .randomness import SECURE, RandomSource, permutation, standard_normal, uniform
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ExtraGrad = Callable[[Params], Params]
@@ -122,17 +123,13 @@ def clip_per_example(grads: Params, clip: float) -> tuple[Params, torch.Tensor]:
     return {k: g * factors.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}, norms
 
 
-def add_gaussian_noise(
-    summed: Params, clip: float, noise_multiplier: float, generator: torch.Generator
-) -> Params:
-    """``summed + C * z * N(0, I)``, drawn from ``generator`` tensor by tensor in key order."""
+def add_gaussian_noise(summed: Params, clip: float, noise_multiplier: float, generator: RandomSource) -> Params:
+    """``summed + C * z * N(0, I)``, drawn from ``generator`` (a seeded torch generator or
+    :data:`~fedveil.privacy.randomness.SECURE`) tensor by tensor in key order."""
     if clip <= 0 or noise_multiplier < 0:
         raise ValueError(f"need clip > 0 and noise_multiplier >= 0, got {clip} and {noise_multiplier}")
     std = clip * noise_multiplier
-    return {
-        k: v + std * torch.randn(v.shape, generator=generator, dtype=v.dtype, device=generator.device).to(v.device)
-        for k, v in summed.items()
-    }
+    return {k: v + std * standard_normal(v.shape, generator, v.dtype).to(v.device) for k, v in summed.items()}
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,7 @@ def private_gradient(
     clip: float,
     noise_multiplier: float,
     denominator: float,
-    generator: torch.Generator,
+    generator: RandomSource,
     extra_grad: ExtraGrad | None = None,
 ) -> PrivateGradient:
     """One privatised gradient (spec 002 §1.2): clip, sum, add ``C z N(0, I)``, divide.
@@ -179,17 +176,17 @@ def private_gradient(
     return PrivateGradient({k: v / denominator for k, v in noisy.items()}, loss_sum, len(x))
 
 
-def poisson_batches(n: int, sample_rate: float, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+def poisson_batches(n: int, sample_rate: float, steps: int, generator: RandomSource) -> Iterator[torch.Tensor]:
     """``steps`` batches of row indices, each row included independently with probability
     ``sample_rate`` (the sampled Gaussian mechanism's sampling); batches may be empty."""
     _check_steps(n, steps)
     if not 0 < sample_rate <= 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
     for _ in range(steps):
-        yield torch.nonzero(torch.rand(n, generator=generator) < sample_rate).flatten()
+        yield torch.nonzero(uniform(n, generator) < sample_rate).flatten()
 
 
-def shuffled_batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+def shuffled_batches(n: int, batch_size: int, steps: int, generator: RandomSource) -> Iterator[torch.Tensor]:
     """``steps`` batches of exactly ``batch_size`` row indices: shuffle every epoch, take
     consecutive batches and drop the last partial one ([C1] ``epoch_generator``, spec 002
     §1.2), so an epoch has ``n // batch_size`` steps and the denominator is always ``batch_size``.
@@ -199,7 +196,7 @@ def shuffled_batches(n: int, batch_size: int, steps: int, generator: torch.Gener
         raise ValueError(f"batch_size must be in [1, n={n}], got {batch_size}; use min(batch_size, n)")
     remaining = steps
     while remaining > 0:
-        order = torch.randperm(n, generator=generator)
+        order = permutation(n, generator)
         for start in range(0, n - batch_size + 1, batch_size):
             yield order[start : start + batch_size]
             remaining -= 1
@@ -220,17 +217,36 @@ class ExampleDP:
 
     ``batch_size`` is ``B_k = min(B, n_k)``: the expected batch size of Poisson batches
     (rate ``B_k / n_k``) or the fixed size of shuffled batches, and the denominator of
-    the privatised gradient either way. The trainer adds the steps it takes to
-    ``steps_taken`` so that the runtime records exactly what was released.
+    the privatised gradient either way. Every ``train`` call opens a training
+    (:meth:`begin_training`) and counts its steps in it, so that the runtime records each
+    training as its own release (a shuffled training draws its own permutations).
+    ``secure``: draw batches and noise from :data:`~fedveil.privacy.randomness.SECURE`
+    instead of the client's seeded generator.
     """
 
     clip: float
     noise_multiplier: float
     sampling: str  # "poisson" | "shuffle"
     batch_size: int
-    steps_taken: int = 0
+    secure: bool = False
+    trainings: list[int] = field(default_factory=list)  # steps taken by each train call, in order
+
+    @property
+    def steps_taken(self) -> int:
+        return sum(self.trainings)
+
+    def begin_training(self) -> None:
+        self.trainings.append(0)
+
+    def count_step(self) -> None:
+        self.trainings[-1] += 1
+
+    def source(self, generator: torch.Generator) -> RandomSource:
+        """Where this client's private batches and noise come from."""
+        return SECURE if self.secure else generator
 
     def batches(self, num_rows: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        source = self.source(generator)
         if self.sampling == "poisson":
-            return poisson_batches(num_rows, self.batch_size / num_rows, steps, generator)
-        return shuffled_batches(num_rows, self.batch_size, steps, generator)
+            return poisson_batches(num_rows, self.batch_size / num_rows, steps, source)
+        return shuffled_batches(num_rows, self.batch_size, steps, source)

@@ -137,6 +137,9 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         raise ValueError(f"one stacked batch trains one round, got rounds {sorted(rounds)}")
     cfg, names = trainer.config, stacked.names
     lr = trainer.lr_at(requests[0].round_idx)
+    for r in requests:
+        if r.dp is not None:
+            r.dp.begin_training()
     iters = [trainer._batches(len(r.data), r.generator, r.dp) for r in requests]
     steps = [trainer.num_steps(len(r.data), r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
@@ -168,11 +171,11 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
             in_clip = affine is not None and affine.clipped
             g, loss_sums = private_stacked_gradients(
                 stacked, trainer.model, w_act, x, y, mask, per_example_loss, dps,
-                [requests[k].generator for k in active], workspace,
+                [requests[k].dp.source(requests[k].generator) for k in active], workspace,
                 term=affine.values(w_act, index) if in_clip else None,
             )
             for dp in dps:
-                dp.steps_taken += 1
+                dp.count_step()
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
         with torch.no_grad():
             if not in_clip:  # a clipped term is already inside the private gradient

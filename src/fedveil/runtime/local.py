@@ -138,6 +138,8 @@ class LocalTrainer:
         """
         lr, c = self.lr_at(round_idx), self.config
         in_clip = dp is not None and is_clipped_term(grad_hook)
+        if dp is not None:
+            dp.begin_training()
         w = {k: v.detach().clone() for k, v in params.items()}
         momentum: Params | None = None
         losses, examples = [], 0
@@ -147,11 +149,11 @@ class LocalTrainer:
             else:
                 private = private_gradient(
                     self.model, w, data.x[idx], data.y[idx], self.loss_fn, clip=dp.clip,
-                    noise_multiplier=dp.noise_multiplier, denominator=dp.batch_size, generator=generator,
+                    noise_multiplier=dp.noise_multiplier, denominator=dp.batch_size, generator=dp.source(generator),
                     extra_grad=grad_hook.value if in_clip else None,
                 )
                 loss, g = private.loss, private.grad
-                dp.steps_taken += 1
+                dp.count_step()
             if grad_hook is not None and not in_clip:
                 g = grad_hook(w, g)
             if c.weight_decay:

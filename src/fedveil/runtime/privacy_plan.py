@@ -6,9 +6,13 @@ in advance. The plan calibrates the noise to spend the budget exactly by the las
 round, or, with a fixed ``noise_multiplier``, refuses to start when the plan would spend
 more than the configured ``epsilon``. A ``noise_schedule`` (chapter 2) shapes the noise
 multiplier over rounds: round ``r`` uses ``z * shape[r]`` (``min(shape) = 1``), and ``z``
-is calibrated with the accountant composing the rounds' different Gaussians. During the run every release is recorded in a
-:class:`PrivacyLedger` with the sampling scheme actually used, and the epsilon spent so
-far goes into every metrics row.
+is calibrated with the accountant composing the rounds' different Gaussians.
+
+During the run every release is recorded in a :class:`PrivacyLedger` from what the
+mechanism actually did (its noise, its sampling, one release per local training), the
+epsilon spent so far goes into every metrics row, and after every round a
+:class:`~fedveil.privacy.ledger_check.LedgerCheck` stops the run if any ledger has spent
+more than the plan calibrated through that round.
 """
 from __future__ import annotations
 
@@ -24,9 +28,13 @@ from ..algorithms.base import Algorithm
 from ..config import ConfigError, PrivacyConfig
 from ..data.federated import FederatedDataset
 from ..params import Params
-from ..privacy.accounting import PrivacyLedger, calibrate_noise, calibrate_noise_schedule, epsilon, schedule_epsilon
-from ..privacy.client_dp import ClientLevelDP, update_noise_multiplier
+from ..privacy.accounting import (
+    PrivacyLedger, Release, calibrate_noise, calibrate_noise_schedule, epsilon, gaussian_steps_release, schedule_epsilon,
+)
+from ..privacy.client_dp import COUNT_SENSITIVITY, ClientLevelDP, update_noise_multiplier
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
+from ..privacy.ledger_check import LedgerCheck
+from ..privacy.person_level import person_epsilon
 from ..privacy.schedules import quantise_shape
 from .local import LocalTrainer
 
@@ -40,10 +48,13 @@ SCHEDULE_RTOL = 1e-3  # calibration tolerance of a scheduled noise scale
 class ClientPlan:
     """One client's planned DP-SGD: batch size, sampling rate, steps, noise, epsilon."""
 
+    num_train: int
     batch_size: int
     sample_rate: float
-    steps_per_round: int
-    total_steps: int  # accounted steps over the whole run
+    steps_per_training: int  # steps of one local training
+    trainings_per_round: int  # local trainings per round it takes part in (Ditto: 2)
+    rounds: tuple[int, ...]  # the rounds it takes part in
+    total_steps: int  # accounted steps over the whole run (whole epochs when shuffled)
     noise_multiplier: float  # at shape 1 (every round without a noise schedule)
     planned_epsilon: float
     budget: float | None
@@ -61,6 +72,8 @@ class RunPrivacy:
     population_rate: float = 0.0
     population_sampling: str = "poisson"
     planned_epsilon: float = 0.0
+    extras: dict[int, dict[int, list[Release]]] = field(default_factory=dict)  # client -> round -> other releases
+    check: LedgerCheck | None = None
 
     # ------------------------------------------------------------------ plan
     @classmethod
@@ -79,7 +92,20 @@ class RunPrivacy:
             run._plan_example_level(data, trainer, model, algorithm, schedule)
         else:
             run._plan_client_level(algorithm, len(schedule), fed_sampling, clients_per_round, data.num_clients)
+        run._check_person_level()
+        run.check = LedgerCheck(run.ledger, cfg.delta, run._describe)
         return run
+
+    def _check_person_level(self) -> None:
+        k = self.config.records_per_person
+        if k > 1 and self.config.level == "client" and self.population_sampling == "fixed":
+            raise ConfigError(
+                "privacy.records_per_person: fixed-size cohorts have no k-record accounting here; "
+                "use federation.sampling = \"poisson\""
+            )
+
+    def _describe(self, subject) -> str:
+        return "the client population" if subject == POPULATION else f"client {subject}"
 
     def _plan_example_level(self, data, trainer, model, algorithm, schedule) -> None:
         cfg = self.config
@@ -109,11 +135,14 @@ class RunPrivacy:
             steps_round_accounted *= algorithm.trainings_per_round
             total = len(rounds_of[cid]) * steps_round_accounted
             budget = cfg.client_epsilons[cid] if cfg.client_epsilons is not None else cfg.epsilon
-            extras = algorithm.planned_releases(cid, n, budget, rounds_of[cid])
+            self.extras[cid] = algorithm.planned_releases(cid, n, budget, rounds_of[cid])
+            extras = [release for releases in self.extras[cid].values() for release in releases]
             z, planned = self._noise_for(
                 budget, batch / n, steps_round_accounted, rounds_of[cid], n, f"client {cid}", extras
             )
-            self.clients[cid] = ClientPlan(batch, batch / n, steps_round * algorithm.trainings_per_round, total, z, planned, budget)
+            self.clients[cid] = ClientPlan(
+                n, batch, batch / n, steps_round, algorithm.trainings_per_round, tuple(rounds_of[cid]), total, z, planned, budget
+            )
 
     def _plan_client_level(self, algorithm, rounds: int, sampling: str, cohort: int, num_clients: int) -> None:
         cfg = self.config
@@ -130,6 +159,7 @@ class RunPrivacy:
         self.server = ClientLevelDP(
             noise_multiplier=z, clip=cfg.clip, expected_cohort=float(cohort), adaptive=cfg.adaptive_clip,
             target_quantile=cfg.target_quantile, clip_lr=cfg.clip_lr, count_noise_std=count_noise,
+            sampling=self.population_sampling,
         )
         if cfg.adaptive_clip:
             try:
@@ -216,30 +246,54 @@ class RunPrivacy:
         if plan is None:
             return None
         z = plan.noise_multiplier * float(self.shape[round_idx])
-        return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size)
+        return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size, secure=self.config.secure_rng)
 
     def record_client(self, cid: int, n: int, dp: ExampleDP) -> None:
-        """Account the DP-SGD steps client ``cid`` just took, at the noise it used."""
-        if dp.steps_taken == 0:
-            return
-        plan = self.clients[cid]
-        self.ledger.record_gaussian_steps(
-            cid, dp.noise_multiplier, plan.sample_rate, dp.steps_taken, **self._sampling_args(n)
-        )
+        """Account the DP-SGD client ``cid`` just ran, as it ran: one release per local
+        training (each shuffled training draws its own permutations), at the noise it used."""
+        for steps in dp.trainings:
+            if steps:
+                self.ledger.record_gaussian_steps(
+                    cid, dp.noise_multiplier, dp.batch_size / n, steps, dp.sampling,
+                    population_size=n if dp.sampling == "shuffle" else None,
+                )
 
     def private_mean_update(
-        self, updates: list[Params], template: Params, generator: torch.Generator, round_idx: int
+        self, updates: list[Params], template: Params, generator, round_idx: int
     ) -> tuple[Params, dict]:
-        """Client level: the clipped, noised, uniformly averaged update; accounts the round."""
+        """Client level: the clipped, noised, uniformly averaged update; accounts the round
+        from the noise the mechanism reports it added (update and, if adaptive, clip count)."""
         assert self.server is not None
         self.server.noise_multiplier = self.population_noise * float(self.shape[round_idx])
-        mean, facts = self.server.noisy_mean(updates, template, generator)
+        mean, released = self.server.noisy_mean(updates, template, generator)
+        self.ledger.record_gaussian_steps(
+            POPULATION, released["noise_multiplier"], self.population_rate, 1, **self._sampling_args(self.num_clients)
+        )
+        facts = {"clip": released["clip"]}
         if self.scheduled:
             facts["noise_multiplier"] = self.server.noise_multiplier
-        self.ledger.record_gaussian_steps(
-            POPULATION, self.server.noise_multiplier, self.population_rate, 1, **self._sampling_args(self.num_clients)
-        )
         return mean, facts
+
+    def planned_round(self, round_idx: int, cohort: list[int]) -> dict[Any, list[Release]]:
+        """The releases the plan calibrated for round ``round_idx``, per subject."""
+        if self.config.level == "client":
+            z = self.population_noise * float(self.shape[round_idx])
+            args = self._sampling_args(self.num_clients)
+            return {POPULATION: [gaussian_steps_release(z, self.population_rate, 1, **args)]}
+        out = {}
+        for cid in cohort:
+            plan = self.clients[cid]
+            z = plan.noise_multiplier * float(self.shape[round_idx])
+            one = gaussian_steps_release(z, plan.sample_rate, plan.steps_per_training, **self._sampling_args(plan.num_train))
+            out[cid] = [one] * plan.trainings_per_round + self.extras.get(cid, {}).get(round_idx, [])
+        return out
+
+    def check_round(self, round_idx: int, cohort: list[int]) -> None:
+        """After round ``round_idx``: raise :class:`~fedveil.privacy.ledger_check.PrivacyCheckError`
+        if any ledger has spent more than the plan calibrated through this round."""
+        for subject, releases in self.planned_round(round_idx, cohort).items():
+            self.check.expect(subject, releases)
+        self.check.check()
 
     @property
     def scheduled(self) -> bool:
@@ -263,6 +317,7 @@ class RunPrivacy:
             "privacy_level": self.config.level,
             "delta": self.config.delta,
             "epsilon": max(spent.values(), default=0.0),
+            "secure_rng": self.config.secure_rng,
         }
         if self.config.level == "example":
             out["epsilon_per_client"] = [spent.get(c, 0.0) for c in range(self.num_clients)]
@@ -273,15 +328,38 @@ class RunPrivacy:
             out["noise_multiplier"] = self.population_noise
             out["planned_epsilon"] = self.planned_epsilon
             out["final_clip"] = self.server.clip
+            if self.server.adaptive:
+                out["update_noise_multiplier"] = update_noise_multiplier(self.population_noise, self.server.count_noise_std)
+                out["clip_count_noise"] = self.server.count_noise_std
+                out["clip_count_sensitivity"] = COUNT_SENSITIVITY[self.population_sampling]
         if self.scheduled:
             out["noise_schedule"] = self.config.noise_schedule.name
             out["noise_shape"] = self.shape.tolist()
+        out.update(self._person_level_summary())
+        return out
+
+    def _person_level_summary(self) -> dict[str, Any]:
+        """Person-level epsilon when a person may own ``records_per_person`` > 1 records."""
+        k = self.config.records_per_person
+        if k == 1:
+            return {}
+        per_subject = {s: person_epsilon(self.ledger, s, k, self.config.delta) for s in self.ledger.subjects}
+        out: dict[str, Any] = {"records_per_person": k, "person_epsilon": max(per_subject.values(), default=0.0)}
+        if self.config.level == "example":
+            out["person_epsilon_per_client"] = [per_subject.get(c, 0.0) for c in range(self.num_clients)]
         return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"ledger": self.ledger.state_dict(), "server": None if self.server is None else self.server.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], schedule: list[np.ndarray], rounds_done: int) -> None:
+        """Restore the ledger (and adaptive clip) of a checkpoint after ``rounds_done`` rounds,
+        and check the restored ledger against the plan of those rounds."""
         self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
         if self.server is not None:
             self.server.load_state_dict(state["server"])
+        self.check = LedgerCheck(self.ledger, self.config.delta, self._describe)
+        for r in range(rounds_done):
+            for subject, releases in self.planned_round(r, [int(c) for c in schedule[r]]).items():
+                self.check.expect(subject, releases)
+        self.check.check()

@@ -28,6 +28,7 @@ from torch import nn
 
 from ..engine.stacked import LayerRecord, StackedModel, UnsupportedModelError
 from ..privacy.dp_sgd import CLIP_EPS, ExampleDP
+from ..privacy.randomness import RandomSource, fill_standard_normal_
 
 CHUNK = 256  # examples per slice when per-example quantities are materialised
 
@@ -185,11 +186,11 @@ def _embedding(rec: LayerRecord, g: torch.Tensor):
 
 
 def _noise(
-    stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[torch.Generator], workspace: dict
+    stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[RandomSource], workspace: dict
 ) -> dict[str, torch.Tensor]:
     """Standard normal noise ``(K, *shape)``: client ``k`` fills its rows
     from ``generators[k]`` tensor by tensor in parameter order, exactly as
-    ``torch.randn(shape, generator=...)`` in the serial trainer. Filling is
+    :func:`~fedveil.privacy.randomness.standard_normal` in the serial trainer. Filling is
     single-threaded per call, so clients are spread over a thread pool. Buffers are kept
     in ``workspace`` between steps (first-touching 80 MB a step costs as much as filling it)."""
     noise = {}
@@ -202,7 +203,7 @@ def _noise(
     def fill(rows: range) -> None:
         for row in rows:
             for name in stacked.names:
-                noise[name][row].normal_(generator=generators[row])
+                fill_standard_normal_(noise[name][row], generators[row])
 
     workers = max(1, min(torch.get_num_threads(), len(generators)))
     list(_pool(workers).map(fill, [range(i, len(generators), workers) for i in range(workers)]))
@@ -240,7 +241,7 @@ def private_stacked_gradients(
     mask: torch.Tensor,
     per_example_loss,
     dps: list[ExampleDP],
-    generators: list[torch.Generator],
+    generators: list[RandomSource],
     workspace: dict | None = None,
     term: dict[str, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

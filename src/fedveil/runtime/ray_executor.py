@@ -36,8 +36,9 @@ def _shard_payload(task: ClientTask, client_state: State | None) -> dict[str, An
     }
 
 
-def _run_shard(algorithm: Algorithm, server_state: State, payloads: list[dict], inner: str) -> list[tuple[ClientResult, int]]:
-    """Worker side: rebuild the tasks, run them with the inner executor, report DP steps taken."""
+def _run_shard(algorithm: Algorithm, server_state: State, payloads: list[dict], inner: str) -> list[tuple[ClientResult, list[int]]]:
+    """Worker side: rebuild the tasks, run them with the inner executor, report the DP
+    steps of each training."""
     from .executor import make_executor
 
     jobs = []
@@ -47,7 +48,7 @@ def _run_shard(algorithm: Algorithm, server_state: State, payloads: list[dict], 
         task = ClientTask(p["client_id"], p["round"], p["data"], generator, algorithm.ctx.trainer, p["dp"])
         jobs.append((task, p["client_state"]))
     results = make_executor(inner).run_cohort(algorithm, server_state, jobs)
-    return [(r, 0 if task.dp is None else task.dp.steps_taken) for r, (task, _) in zip(results, jobs)]
+    return [(r, [] if task.dp is None else task.dp.trainings) for r, (task, _) in zip(results, jobs)]
 
 
 class RayExecutor:
@@ -78,9 +79,9 @@ class RayExecutor:
         ]
         by_job: dict[int, ClientResult] = {}
         for shard_index, (shard, outputs) in enumerate(zip(shards, self.ray.get(futures))):
-            for pos, ((task, _), (result, dp_steps)) in enumerate(zip(shard, outputs)):
+            for pos, ((task, _), (result, trainings)) in enumerate(zip(shard, outputs)):
                 if task.dp is not None:  # the server accounts what the worker released
-                    task.dp.steps_taken += dp_steps
+                    task.dp.trainings.extend(trainings)
                 by_job[shard_index + pos * self.workers] = result
         return [by_job[i] for i in range(len(jobs))]
 

@@ -8,7 +8,9 @@ makes runs reproducible and resumable, and tells the accountant exactly what hap
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from ..privacy.randomness import SECURE, permutation, uniform
 from ..seeding import numpy_generator
 
 
@@ -22,6 +24,16 @@ def client_schedule(num_clients: int, clients_per_round: int, rounds: int, schem
     if scheme == "poisson":
         q = clients_per_round / num_clients
         return [np.flatnonzero(rng.random(num_clients) < q) for _ in range(rounds)]
+    raise ValueError(f"unknown sampling scheme '{scheme}'; choose fixed or poisson")
+
+
+def secure_cohort(num_clients: int, clients_per_round: int, scheme: str) -> np.ndarray:
+    """One round's sorted cohort drawn from the OS's secure generator (client-level DP with
+    ``privacy.secure_rng``: who took part must not be recoverable from the seed)."""
+    if scheme == "fixed":
+        return np.sort(permutation(num_clients, SECURE)[:clients_per_round].numpy())
+    if scheme == "poisson":
+        return np.flatnonzero((uniform(num_clients, SECURE, torch.float64) < clients_per_round / num_clients).numpy())
     raise ValueError(f"unknown sampling scheme '{scheme}'; choose fixed or poisson")
 
 

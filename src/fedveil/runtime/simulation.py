@@ -23,6 +23,7 @@ from ..data.build import build_dataset
 from ..data.federated import FederatedDataset
 from ..models import build_model
 from ..params import Params
+from ..privacy.randomness import SECURE
 from .callbacks import Callback
 from .client_store import ClientStateStore, MemoryClientStore, make_client_store
 from .executor import make_executor
@@ -33,7 +34,7 @@ from .round_metrics import RoundEvaluator
 from .run_dir import (
     CLIENT_METRICS_FILE, CLIENT_STATES_DIR, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint,
 )
-from .sampling import client_schedule
+from .sampling import client_schedule, secure_cohort
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
 
@@ -127,9 +128,25 @@ class Simulation:
         )
 
     # ------------------------------------------------------------------- loop
+    @property
+    def secure_cohorts(self) -> bool:
+        """Client-level DP with ``secure_rng``: the accountant's client sampling is drawn from the
+        secure source each round instead of the seeded schedule."""
+        return self.privacy is not None and self.privacy.server is not None and self.config.privacy.secure_rng
+
+    def cohort(self, round_idx: int) -> list[int]:
+        fed = self.config.federation
+        if self.secure_cohorts:
+            drawn = secure_cohort(self.data.num_clients, fed.clients_per_round, fed.sampling)
+        else:
+            drawn = self.schedule[round_idx]
+        return [int(c) for c in drawn]
+
     def train_round(self, state: dict[str, Any], round_idx: int) -> dict[str, Any]:
-        """Run round ``round_idx`` (0-based) in place on ``state``; return its training stats."""
-        cohort = [int(c) for c in self.schedule[round_idx]]
+        """Run round ``round_idx`` (0-based) in place on ``state``; return its training stats.
+        Raises :class:`~fedveil.privacy.ledger_check.PrivacyCheckError` (nothing of the round
+        kept) if a ledger spent more than the privacy plan calibrated through this round."""
+        cohort = self.cohort(round_idx)
         jobs = [(self.task(cid, round_idx), self.client_state(state, cid)) for cid in cohort]
         results = self.executor.run_cohort(self.algorithm, state["server"], jobs)
         for cid, result in zip(cohort, results):
@@ -145,10 +162,12 @@ class Simulation:
         messages = [(c, r.message) for c, r in zip(cohort, results)]
         facts = {}
         if self.privacy is not None and self.privacy.server is not None:
-            state["server"], facts = self._client_level_update(state["server"], messages, round_idx)
+            server, facts = self._client_level_update(state["server"], messages, round_idx)
         else:
-            state["server"] = self.algorithm.aggregate(state["server"], messages, round_idx)
-        state["round"] = round_idx + 1
+            server = self.algorithm.aggregate(state["server"], messages, round_idx)
+        if self.privacy is not None:
+            self.privacy.check_round(round_idx, cohort)
+        state["server"], state["round"] = server, round_idx + 1
         losses = [r.stats.loss for r in results if r.stats is not None and not np.isnan(r.stats.loss)]
         row: dict[str, Any] = {"round": round_idx + 1, "cohort_size": len(cohort), "lr": self.trainer.lr_at(round_idx)}
         if losses:
@@ -167,7 +186,7 @@ class Simulation:
     def _client_level_update(self, server_state, messages, round_idx: int):
         """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
         template = self.algorithm.global_params(server_state)
-        generator = torch_generator(self.config.seed, "client-dp", round_idx)
+        generator = SECURE if self.config.privacy.secure_rng else torch_generator(self.config.seed, "client-dp", round_idx)
         mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator, round_idx)
         return self.algorithm.server_update(server_state, mean), facts
 
@@ -185,7 +204,7 @@ class Simulation:
         clients = self.client_store(run_dir, checkpoint)
         state = self.fresh_state(clients) if checkpoint is None else {**checkpoint, "clients": clients}
         if self.privacy is not None and "privacy" in state:
-            self.privacy.load_state_dict(state["privacy"])
+            self.privacy.load_state_dict(state["privacy"], self.schedule, state["round"])
         run_dir.write_json(PARTITION_FILE, self.partition_facts())
         rows = run_dir.keep_metrics_through(state["round"])
         return self._loop(run_dir, state, rows, config_dict)
