@@ -179,3 +179,24 @@ def test_state_dict_round_trip():
     # a state saved as JSON (clip as an int) loads as a float
     other.load_state_dict({"clip": 2})
     assert other.clip == 2.0 and isinstance(other.clip, float)
+
+
+@pytest.mark.parametrize("cohort_size", [3, 4])
+def test_shifted_clip_count_moves_by_half_when_a_client_joins(cohort_size):
+    """Add/remove one client: the released count sum_i (b_i - 1/2) moves by exactly 1/2 (the
+    sensitivity the (2 sigma_b)^-2 term assumes), whether the newcomer is clipped or not.
+    The count is read back from the clip step: share = gamma - log(C'/C) / eta."""
+    C, m, gamma, eta = 1.0, 4.0, 0.5, 0.2
+    base = [upd([0.3, 0.0], [[0.4]])] * (cohort_size - 1) + [upd([3.0, 0.0], [[4.0]])]
+
+    def released_count(updates):
+        dp = adaptive(C, 0.5, m, gamma, eta, count_noise=2.0)
+        dp.noisy_mean(updates, ZERO, torch.Generator().manual_seed(5))  # same draws every time
+        share = gamma - math.log(dp.clip / C) / eta
+        return (share - 0.5) * m
+
+    with_unclipped = released_count(base + [upd([0.1, 0.0], [[0.0]])])
+    with_clipped = released_count(base + [upd([9.0, 0.0], [[0.0]])])
+    alone = released_count(base)
+    assert with_unclipped - alone == pytest.approx(0.5, abs=1e-9)
+    assert with_clipped - alone == pytest.approx(-0.5, abs=1e-9)

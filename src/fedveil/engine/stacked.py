@@ -187,6 +187,14 @@ class StackedModel:
 
     def __init__(self, model: nn.Module) -> None:
         self.names = [n for n, _ in model.named_parameters()]
+        owners: dict[int, str] = {}
+        for name, param in model.named_parameters(remove_duplicate=False):
+            if id(param) in owners:
+                raise UnsupportedModelError(
+                    f"parameter '{name}' is the same tensor as '{owners[id(param)]}' (tied weights); "
+                    "stacked kernels keep one copy per layer"
+                )
+            owners[id(param)] = name
         for name, module in model.named_modules():
             if any(True for _ in module.parameters(recurse=False)) and type(module) not in BATCHED:
                 raise UnsupportedModelError(

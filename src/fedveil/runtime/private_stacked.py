@@ -14,7 +14,12 @@ only, so its squared norm is computed from them directly:
 * GroupNorm / LayerNorm / Embedding: their small per-example gradients directly.
 
 The clipped sum ``sum_i c_i g_i^T a_i`` is then one batched matmul per layer (no
-second backward). Noise is drawn per client, tensor by tensor in parameter order,
+second backward). A layer called several times in one forward (a reused block) has one
+per-example gradient, the sum over its calls: its calls' inputs and output gradients are
+joined along the position axis (Linear, Conv2d, Embedding: ``sum_c g_c^T a_c`` is the
+product of the joined matrices) or their per-example gradients added (norm layers), so the
+norm clipped is that of the summed gradient, never the root of the calls' summed squares
+(which could let ``sqrt(2) C`` through). Noise is drawn per client, tensor by tensor in parameter order,
 from the client's own generator, as :func:`fedveil.privacy.dp_sgd.add_gaussian_noise`
 does, and the sum is divided by each client's denominator (spec 002 §1.2).
 """
@@ -94,10 +99,16 @@ def _matrix_dots(a: torch.Tensor, g: torch.Tensor, r: torch.Tensor, bias: torch.
     return dots
 
 
-def _linear(rec: LayerRecord, g: torch.Tensor):
-    a, g = _sequence(rec.saved, g)
+def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The calls' ``(N, T_c, d)`` tensors joined along positions (no copy for one call)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
+
+
+def _linear(m: nn.Linear, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    pairs = [_sequence(a, g) for a, g in zip(saved, grads)]
+    a, g = _joined([p[0] for p in pairs]), _joined([p[1] for p in pairs])
     sq, per_example = _matrix_sq_norms(a, g)
-    has_bias = rec.module.bias is not None
+    has_bias = m.bias is not None
     if has_bias:
         sq = sq + g.sum(1).square().sum(1)
 
@@ -113,12 +124,11 @@ def _linear(rec: LayerRecord, g: torch.Tensor):
     return sq, clipped_sums, dots
 
 
-def _conv2d(rec: LayerRecord, g: torch.Tensor):
-    m: nn.Conv2d = rec.module
-    n = g.shape[0]
-    cols = F.unfold(rec.saved, m.kernel_size, m.dilation, m.padding, m.stride)  # (N, C_in k k, L)
-    a = cols.transpose(1, 2)  # (N, L, C_in k k)
-    g = g.reshape(n, m.out_channels, -1).transpose(1, 2)  # (N, L, C_out)
+def _conv2d(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    n = grads[0].shape[0]
+    # unfolded inputs (N, L, C_in k k) and output gradients (N, L, C_out) of every call
+    a = _joined([F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2) for x in saved])
+    g = _joined([go.reshape(n, m.out_channels, -1).transpose(1, 2) for go in grads])
     sq, per_example = _matrix_sq_norms(a, g)
     has_bias = m.bias is not None
     if has_bias:
@@ -137,20 +147,25 @@ def _conv2d(rec: LayerRecord, g: torch.Tensor):
     return sq, clipped_sums, dots
 
 
-def _norm_layer(rec: LayerRecord, g: torch.Tensor):
-    """GroupNorm (channel dim 1) and LayerNorm (trailing normalized_shape)."""
-    m, n = rec.module, g.shape[0]
+def _norm_call(m: nn.Module, saved: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One call's per-example affine gradients of a GroupNorm (channel dim 1) or LayerNorm
+    (trailing normalized_shape)."""
+    n = g.shape[0]
     if isinstance(m, nn.GroupNorm):  # saved is the input: normalise it again (no affine)
-        normed = F.group_norm(rec.saved, m.num_groups, None, None, m.eps)
-        per_w = (g * normed).reshape(n, m.num_channels, -1).sum(2)
-        per_b = g.reshape(n, m.num_channels, -1).sum(2)
-    else:
-        shape = tuple(m.normalized_shape)
-        per_w = (g * rec.saved).reshape(n, -1, *shape).sum(1)
-        per_b = g.reshape(n, -1, *shape).sum(1) if m.bias is not None else None
-    per = {"weight": per_w}
-    if per_b is not None:
-        per["bias"] = per_b
+        normed = F.group_norm(saved, m.num_groups, None, None, m.eps)
+        return {"weight": (g * normed).reshape(n, m.num_channels, -1).sum(2), "bias": g.reshape(n, m.num_channels, -1).sum(2)}
+    shape = tuple(m.normalized_shape)
+    per = {"weight": (g * saved).reshape(n, -1, *shape).sum(1)}
+    if m.bias is not None:
+        per["bias"] = g.reshape(n, -1, *shape).sum(1)
+    return per
+
+
+def _norm_layer(m: nn.Module, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    """GroupNorm / LayerNorm: per-example gradients summed over the calls."""
+    n = grads[0].shape[0]
+    calls = [_norm_call(m, x, g) for x, g in zip(saved, grads)]
+    per = {name: sum(c[name] for c in calls) for name in calls[0]}
     sq = sum(v.reshape(n, -1).square().sum(1) for v in per.values())
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
@@ -165,11 +180,10 @@ def _norm_layer(rec: LayerRecord, g: torch.Tensor):
     return sq, clipped_sums, dots
 
 
-def _embedding(rec: LayerRecord, g: torch.Tensor):
-    m: nn.Embedding = rec.module
-    n = g.shape[0]
-    idx = rec.saved.reshape(n, -1)  # offset indices into the K tables laid end to end
-    g = g.reshape(n, idx.shape[1], -1)
+def _embedding(m: nn.Embedding, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    n = grads[0].shape[0]
+    idx = _joined([x.reshape(n, -1, 1) for x in saved]).squeeze(2)  # offset indices into the K tables end to end
+    g = _joined([go.reshape(n, -1, m.embedding_dim) for go in grads])
     same = (idx.unsqueeze(2) == idx.unsqueeze(1)).to(g.dtype)  # (N, T, T)
     sq = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
@@ -219,6 +233,16 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
+def _layer_calls(records: list[LayerRecord], out_grads) -> list[tuple[LayerRecord, list, list]]:
+    """Each parametric layer once, with the saved inputs and output gradients of all its calls."""
+    calls: dict[int, tuple[LayerRecord, list, list]] = {}
+    for rec, g in zip(records, out_grads):
+        _, saved, grads = calls.setdefault(id(rec.module), (rec, [], []))
+        saved.append(rec.saved)
+        grads.append(g)
+    return list(calls.values())
+
+
 def _term_norm_terms(records: list[LayerRecord], rules, term: dict[str, torch.Tensor], k: int, width: int) -> torch.Tensor:
     """``2 <g_i, r_k> + ||r_k||^2`` per example, summed over layers and parameters."""
     cross = 0.0
@@ -265,7 +289,9 @@ def private_stacked_gradients(
     outputs = [r.output for r in records]
     out_grads = torch.autograd.grad(losses.sum(), outputs)
     with torch.no_grad():
-        rules = [_RULES[type(r.module)](r, go) for r, go in zip(records, out_grads)]
+        layers = _layer_calls(records, out_grads)
+        records = [rec for rec, _, _ in layers]
+        rules = [_RULES[type(rec.module)](rec.module, saved, grads) for rec, saved, grads in layers]
         sq = sum(rule[0] for rule in rules)
         if term is not None:
             sq = sq + _term_norm_terms(records, rules, term, k, mask.shape[1])
@@ -276,8 +302,7 @@ def private_stacked_gradients(
         grads: dict[str, torch.Tensor] = {}
         for rec, (_, clipped_sums, _) in zip(records, rules):
             for pname, value in clipped_sums(factors, k).items():
-                key = rec.param_name(pname)
-                grads[key] = grads[key] + value if key in grads else value  # a layer called twice
+                grads[rec.param_name(pname)] = value
         for name in stacked.names:
             if name not in grads:  # a parameter the forward did not use
                 grads[name] = torch.zeros_like(w[name])
