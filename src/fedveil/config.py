@@ -77,6 +77,11 @@ class DataConfig(_Section):
     val_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of each client's rows held out for validation")
     test_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's rows held out for testing")
     options: dict[str, Any] = Field(default_factory=dict, description="loader-specific options")
+    standardize: Literal["pooled", "per_client", "none"] = Field(
+        "pooled", description="continuous columns (adult, compas): pooled = statistics of the whole training file, "
+        "preprocessing on all silos' data that epsilon does not account for; per_client = each client's own "
+        "training rows (local; the pooled test set is then the union of the clients' test splits); none = raw"
+    )
 
     @model_validator(mode="after")
     def _known_dataset(self) -> "DataConfig":
@@ -89,6 +94,8 @@ class DataConfig(_Section):
             raise ValueError(str(err)) from None
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError("val_fraction + test_fraction must be < 1 (clients need training rows)")
+        if self.standardize == "per_client" and self.test_fraction == 0:
+            raise ValueError("standardize='per_client' needs test_fraction > 0 (the pooled test set is the clients' test splits)")
         return self
 
 

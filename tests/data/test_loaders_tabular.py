@@ -9,6 +9,7 @@ import torch
 from fedveil.data import DATASETS, DataError
 from fedveil.data.loaders.adult import load_adult
 from fedveil.data.loaders.compas import load_compas
+from fedveil.data.standardise import standardise_pooled
 
 ADULT_TRAIN = """\
 39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K
@@ -88,8 +89,18 @@ def test_adult_one_hot_uses_sorted_train_categories(tmp_path):
     }
 
 
-def test_adult_standardises_with_train_statistics(tmp_path):
+def test_adult_declares_its_raw_continuous_columns(tmp_path):
     source = load_adult(write_adult(tmp_path), download=False)
+    names = source.train.info["feature_names"]
+    assert [names[j] for j in source.continuous] == [
+        "age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week",
+    ]
+    assert column(source.train, "age").tolist() == [39, 50, 31]
+    assert column(source.test, "fnlwgt").tolist() == [226802, 160323]
+
+
+def test_adult_pooled_standardisation_uses_train_statistics(tmp_path):
+    source = standardise_pooled(load_adult(write_adult(tmp_path), download=False))
     ages, gains = [39, 50, 31], [2174, 0, 14084]
     assert column(source.train, "age").tolist() == pytest.approx([z(a, ages) for a in ages], abs=1e-5)
     assert column(source.test, "age").tolist() == pytest.approx([z(25, ages), z(44, ages)], abs=1e-5)
@@ -176,7 +187,10 @@ def test_compas_filters_and_targets(tmp_path):
 
 
 def test_compas_features(tmp_path):
-    data = load_compas(write_compas(tmp_path), download=False).train
+    source = load_compas(write_compas(tmp_path), download=False)
+    assert source.continuous == (0, 1, 2, 3, 4)
+    assert column(source.train, "priors_count").tolist() == [0, 0, 3, 14]  # raw
+    data = standardise_pooled(source).train
     assert data.info["feature_names"] == [
         "age", "priors_count", "juv_fel_count", "juv_misd_count", "juv_other_count",
         "c_charge_degree=F", "c_charge_degree=M",

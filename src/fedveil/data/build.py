@@ -11,6 +11,7 @@ from .errors import DataError
 from .federated import FederatedDataset, build_federated
 from .partition_base import PARTITIONERS
 from .source import DATASETS, DataSource
+from .standardise import standardise_pooled
 
 _COMMON_ARGS = ("root", "download")
 
@@ -43,10 +44,22 @@ def load_source(cfg: DataConfig, seed: int) -> DataSource:
     return DATASETS.get(cfg.name)(cfg.root, download=cfg.download, **options)
 
 
+def standardise_source(cfg: DataConfig, source: DataSource) -> DataSource:
+    """``source`` with its continuous columns standardised over its training split when
+    ``cfg.standardize`` is ``pooled``; a mode other than the default needs such columns."""
+    if not source.continuous and cfg.standardize != "pooled":
+        raise DataError(
+            f"data.standardize='{cfg.standardize}': data set '{cfg.name}' declares no continuous "
+            "feature columns to standardise; leave the default 'pooled'"
+        )
+    return standardise_pooled(source) if source.continuous and cfg.standardize == "pooled" else source
+
+
 def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
-    """Load the data set, partition its training rows over ``cfg.num_clients`` clients with
-    the configured partitioner, and split every client's rows into train/val/test."""
-    source = load_source(cfg, seed)
+    """Load the data set, standardise its continuous columns as ``cfg.standardize`` says
+    (:mod:`.standardise`), partition its training rows over ``cfg.num_clients`` clients
+    with the configured partitioner, and split every client's rows into train/val/test."""
+    source = standardise_source(cfg, load_source(cfg, seed))
     partitioner_cls = PARTITIONERS.get(cfg.partition.name)
     partitioner = partitioner_cls(cfg.partition.typed_params())
     parts = partitioner.split(source.train, cfg.num_clients, numpy_generator(seed, "partition"))
@@ -60,4 +73,5 @@ def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
         val_fraction=cfg.val_fraction,
         test_fraction=cfg.test_fraction,
         seed=derive_seed(seed, "client-splits"),
+        per_client_columns=source.continuous if cfg.standardize == "per_client" else (),
     )

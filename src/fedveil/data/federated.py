@@ -1,6 +1,7 @@
 """The federated view of a data set: per-client train/val/test tensors plus a pooled test set."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -8,6 +9,7 @@ import torch
 
 from .arrays import ArrayDataset
 from .errors import DataError
+from .standardise import fit_columns, standardise_columns
 
 
 @dataclass
@@ -75,6 +77,17 @@ def split_client_rows(
     return ClientData(train=train, val=val, test=test)
 
 
+def standardise_client(client: ClientData, columns: Sequence[int]) -> ClientData:
+    """``client`` with the ``columns`` of its train, val and test rows standardised by the
+    mean and standard deviation of its own training rows (local preprocessing)."""
+    stats = fit_columns(client.train, columns)
+    train, val, test = (
+        None if split is None else standardise_columns(split, columns, stats)
+        for split in (client.train, client.val, client.test)
+    )
+    return ClientData(train=train, val=val, test=test)
+
+
 def build_federated(
     name: str,
     train: ArrayDataset,
@@ -86,21 +99,32 @@ def build_federated(
     val_fraction: float,
     test_fraction: float,
     seed: int,
+    per_client_columns: Sequence[int] = (),
 ) -> FederatedDataset:
     """Assemble a :class:`FederatedDataset` from a partition of ``train``'s rows.
 
-    Every client's rows are split into train/val/test. The pooled test set is
-    ``pooled_test`` when the source has a separate test set, else the union of the
-    clients' test rows (so it follows the clients' joint distribution).
+    Every client's rows are split into train/val/test; with ``per_client_columns``, every
+    client then standardises those columns of x by its own training rows
+    (:func:`standardise_client`). The pooled test set is ``pooled_test`` when the source
+    has a separate test set, else the union of the clients' test rows (so it follows the
+    clients' joint distribution). A separate test set belongs to no client, so with
+    ``per_client_columns`` it is left out and the union is used, each row scaled by its
+    own client.
     """
     rng = np.random.default_rng(seed)
     clients = [
         split_client_rows(train.subset(torch.as_tensor(idx, dtype=torch.long)), val_fraction, test_fraction, rng)
         for idx in parts
     ]
+    if per_client_columns:
+        clients = [standardise_client(c, per_client_columns) for c in clients]
+        pooled_test = None
     if pooled_test is None:
         if test_fraction <= 0:
-            raise DataError(f"data set '{name}' has no separate test set, so test_fraction must be > 0")
+            raise DataError(
+                f"the pooled test set of '{name}' is the union of the clients' test splits, "
+                "so test_fraction must be > 0"
+            )
         pooled_test = ArrayDataset.concat([c.test for c in clients])
     return FederatedDataset(
         name=name,

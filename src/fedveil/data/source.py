@@ -19,6 +19,8 @@ class DataSource:
     ``test`` is the source's own held-out split when it has one (MNIST's t10k, Adult's
     ``adult.test``), else ``None``. ``natural_groups`` names the ``train.groups`` key
     that holds a natural client id (school, speaking role, domain), if any.
+    ``continuous`` lists the columns of ``x`` that hold raw continuous values; the builder
+    standardises them as ``data.standardize`` says (:mod:`fedveil.data.standardise`).
     """
 
     train: ArrayDataset
@@ -27,6 +29,7 @@ class DataSource:
     num_classes: int
     natural_groups: str | None = None
     synthetic: bool = False
+    continuous: tuple[int, ...] = ()
 
 
 Loader = Callable[..., DataSource]

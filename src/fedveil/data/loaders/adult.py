@@ -2,9 +2,14 @@
 
 Reads the original ``adult.data`` and ``adult.test`` files. Rows with a missing value
 ("?") are dropped; the 8 categorical attributes are one-hot encoded with the categories
-of the train file and the 6 continuous ones standardised with train statistics, so the
-test split is encoded exactly as the model saw the train split. ``sex`` and ``race`` stay
-available as groups for fairness metrics even when ``drop_sensitive`` removes them from x.
+of the train file, so the test split is encoded exactly as the model saw the train
+split. The 6 continuous ones are left raw and declared in ``DataSource.continuous``: the
+builder standardises them as ``data.standardize`` says. The default, ``pooled``, uses
+the statistics of the whole train file, i.e. preprocessing on all silos' records that
+the privacy ledger does not account for; ``per_client`` standardises every client with
+its own training rows instead (:mod:`fedveil.data.standardise`). ``sex`` and ``race``
+stay available as groups for fairness metrics even when ``drop_sensitive`` removes them
+from x.
 
 Every categorical attribute is also a group of category codes, so the ``natural``
 partitioner can cut Adult into silos by an attribute (one client per race, workclass,
@@ -56,15 +61,6 @@ REGIONS = {
     "Other": (),
 }
 REGION_OF = {country: region for region, countries in REGIONS.items() for country in countries}
-
-
-def fit_standardiser(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column means and population standard deviations of ``values`` (n, d); a constant
-    column gets std 1 so that standardising it gives zeros instead of NaN."""
-    mean = values.mean(axis=0)
-    std = values.std(axis=0)
-    std[std == 0] = 1.0
-    return mean, std
 
 
 def one_hot(values: list[str], categories: list[str]) -> np.ndarray:
@@ -142,22 +138,17 @@ def _read(path: Path) -> tuple[dict[str, list[str]], np.ndarray, np.ndarray]:
 
 
 def _encode(
-    path: Path,
-    categories: dict[str, list[str]] | None,
-    stats: tuple[np.ndarray, np.ndarray] | None,
-    drop_sensitive: bool,
-) -> tuple[ArrayDataset, dict[str, list[str]], tuple[np.ndarray, np.ndarray]]:
-    """Encode one file; ``categories`` and ``stats`` are fitted here when ``None`` (train)."""
+    path: Path, categories: dict[str, list[str]] | None, drop_sensitive: bool
+) -> tuple[ArrayDataset, dict[str, list[str]]]:
+    """Encode one file, continuous columns raw; ``categories`` are fitted here when ``None``
+    (train)."""
     categorical, continuous, y = _read(path)
     if categories is None:
         categories = {c: sorted(set(v)) for c, v in categorical.items()}
-    if stats is None:
-        stats = fit_standardiser(continuous)
-    scaled = (continuous - stats[0]) / stats[1]
     blocks, names = [], []
     for c in COLUMNS:
         if c in CONTINUOUS:
-            blocks.append(scaled[:, [CONTINUOUS.index(c)]].astype(np.float32))
+            blocks.append(continuous[:, [CONTINUOUS.index(c)]].astype(np.float32))
             names.append(c)
         elif not (drop_sensitive and c in SENSITIVE):
             blocks.append(one_hot(categorical[c], categories[c]))
@@ -170,7 +161,7 @@ def _encode(
     }
     info = {"feature_names": names, "classes": list(CLASS_NAMES), "group_categories": group_categories}
     data = ArrayDataset(torch.from_numpy(np.hstack(blocks)), torch.from_numpy(y), groups, info)
-    return data, categories, stats
+    return data, categories
 
 
 @DATASETS.register("adult", "UCI Adult census income (>50K), sensitive groups sex and race")
@@ -181,7 +172,8 @@ def load_adult(
     drop_sensitive: bool = False,
     natural_groups: str | None = None,
 ) -> DataSource:
-    """Adult train (``adult.data``) and test (``adult.test``) splits, encoded as above.
+    """Adult train (``adult.data``) and test (``adult.test``) splits, encoded as above,
+    the 6 continuous columns raw (``DataSource.continuous``; see the module docstring).
 
     ``groups["sex"]`` is 1 for Male, ``groups["race"]`` 1 for White; ``drop_sensitive``
     removes the sex and race one-hot columns from ``x`` (the groups stay). The silo keys
@@ -192,14 +184,16 @@ def load_adult(
     client id of the source; the ``natural`` partitioner's ``key`` picks the split.
     """
     data_dir = ensure_files("adult", resolve_data_dir("adult", root), FILES, download)
-    train, categories, stats = _encode(data_dir / "adult.data", None, None, drop_sensitive)
+    train, categories = _encode(data_dir / "adult.data", None, drop_sensitive)
     silo_keys = list(train.info["group_categories"])
     if natural_groups is not None and natural_groups not in silo_keys:
         raise DataError(
             f"adult: natural_groups='{natural_groups}' is not a silo key; choose one of "
             + ", ".join(silo_keys)
         )
-    test, _, _ = _encode(data_dir / "adult.test", categories, stats, drop_sensitive)
+    test, _ = _encode(data_dir / "adult.test", categories, drop_sensitive)
+    names = train.info["feature_names"]
     return DataSource(
-        train=train, test=test, task="classification", num_classes=2, natural_groups=natural_groups
+        train=train, test=test, task="classification", num_classes=2, natural_groups=natural_groups,
+        continuous=tuple(names.index(c) for c in CONTINUOUS),
     )

@@ -2,9 +2,14 @@
 
 Reads ProPublica's ``compas-scores-two-years.csv`` and applies the filters of their
 analysis (charge within 30 days of the screening, a known recidivism outcome, no
-ordinary traffic offences, a valid score), which leaves 6,172 of the 7,214 rows. Counts
-and age are standardised, categories one-hot encoded in sorted order; ``sex`` and
-``race`` stay available as groups even when ``drop_sensitive`` removes them from x.
+ordinary traffic offences, a valid score), which leaves 6,172 of the 7,214 rows.
+Categories are one-hot encoded in sorted order; ``sex`` and ``race`` stay available as
+groups even when ``drop_sensitive`` removes them from x. Age and the four counts are left
+raw and declared in ``DataSource.continuous``: the builder standardises them as
+``data.standardize`` says. The default, ``pooled``, uses the statistics of all rows, i.e.
+preprocessing on all silos' records that the privacy ledger does not account for;
+``per_client`` standardises every client with its own training rows instead
+(:mod:`fedveil.data.standardise`).
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from ..arrays import ArrayDataset
 from ..download import RemoteFile, ensure_files
 from ..errors import DataError
 from ..source import DATASETS, DataSource, resolve_data_dir
-from .adult import fit_standardiser, one_hot
+from .adult import one_hot
 
 FILE = RemoteFile(
     "compas-scores-two-years.csv",
@@ -105,17 +110,16 @@ def load_compas(
 ) -> DataSource:
     """COMPAS rows after ProPublica's filters; train only (the source has no test split).
 
-    x: age, priors_count and the three juvenile counts (standardised), then one-hot
-    c_charge_degree and age_cat, ``sex=Male`` (0/1) and one-hot race; the last two are
-    left out with ``drop_sensitive``. y = two_year_recid. ``groups["race"]`` is 1 for
-    African-American, ``groups["sex"]`` 1 for Male.
+    x: age, priors_count and the three juvenile counts (raw, ``DataSource.continuous``),
+    then one-hot c_charge_degree and age_cat, ``sex=Male`` (0/1) and one-hot race; the
+    last two are left out with ``drop_sensitive``. y = two_year_recid. ``groups["race"]``
+    is 1 for African-American, ``groups["sex"]`` 1 for Male.
     """
     data_dir = ensure_files("compas", resolve_data_dir("compas", root), [FILE], download)
     path = data_dir / FILE.name
     rows = _read(path)
     numbers = np.array([[_number(path, n, c, r[c]) for c in NUMERIC] for n, r in rows])
-    mean, std = fit_standardiser(numbers)
-    blocks, names = [((numbers - mean) / std).astype(np.float32)], list(NUMERIC)
+    blocks, names = [numbers.astype(np.float32)], list(NUMERIC)
     for column in ("c_charge_degree", "age_cat") + (() if drop_sensitive else ("sex", "race")):
         block, block_names = _encode_column(rows, column)
         blocks.append(block)
@@ -135,4 +139,7 @@ def load_compas(
     train = ArrayDataset(
         torch.from_numpy(np.hstack(blocks)), torch.tensor(y, dtype=torch.int64), groups, info
     )
-    return DataSource(train=train, test=None, task="classification", num_classes=2)
+    return DataSource(
+        train=train, test=None, task="classification", num_classes=2,
+        continuous=tuple(range(len(NUMERIC))),
+    )

@@ -15,7 +15,7 @@ import torch
 from ..arrays import ArrayDataset
 from ..errors import DataError
 from ..source import DATASETS, DataSource
-from .adult import fit_standardiser
+from ..standardise import fit_standardiser
 
 CLASS_NAMES = ("-1", "+1")  # class 0 is the paper's label -1, class 1 its +1
 
