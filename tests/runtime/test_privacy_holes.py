@@ -241,3 +241,29 @@ def test_two_clients_of_a_round_draw_different_batches_and_noise(executor, priva
     jobs = [(sim.task(c, 0), None) for c in (0, 1)]
     first, second = (r.message["delta"] for r in sim.executor.run_cohort(sim.algorithm, state["server"], jobs))
     assert all(not torch.allclose(first[k], second[k]) for k in first)
+
+
+def test_cli_stops_a_run_that_fails_the_ledger_check_with_one_line(tmp_path, monkeypatch, capsys):
+    planned = RunPrivacy.task_dp
+
+    def under_noised(self, cid, round_idx):
+        dp = planned(self, cid, round_idx)
+        dp.noise_multiplier *= 0.5
+        return dp
+
+    monkeypatch.setattr(RunPrivacy, "task_dp", under_noised)
+    code = main(["run", "--dataset", "digits", "model.name=linear", "federation.rounds=2", "privacy.level=example",
+                 "privacy.epsilon=2", "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and len(err) == 1
+    assert err[0].startswith("fedveil: privacy check failed for client ") and "over-spent" in err[0]
+
+
+def test_audit_flags_client_and_executor_at_client_level():
+    from fedveil.config import ConfigError
+    from fedveil.runtime.audit_run import audit_run
+
+    config = tiny_config(data={"num_clients": 20}, federation={"clients_per_round": 5},
+                         privacy={"level": "client", "epsilon": 1.0, "delta": DELTA})
+    with pytest.raises(ConfigError, match="--client and --executor apply to example level"):
+        audit_run(config, trials=2, client=1, progress=False)

@@ -1,4 +1,4 @@
-"""``fedveil`` command line: run, report, reproduce, and list what exists.
+"""``fedveil`` command line: run, audit, report, reproduce, and list what exists.
 
 Every user error (bad config value, missing data, a run directory that already holds a
 run) ends the command with one readable line on stderr and exit status 2, before any
@@ -15,11 +15,14 @@ from typing import Sequence
 
 from ..config import ConfigError
 from ..data.errors import DataError
+from ..privacy.ledger_check import PrivacyCheckError
 from ..registry import UnknownNameError
 from ..runtime.run_dir import RunDirError
 
 USER_ERRORS = (ConfigError, DataError, RunDirError, UnknownNameError)
 EXIT_USER_ERROR = 2
+# a run's ledger disagrees with its privacy plan, or `fedveil audit`'s lower bound exceeds the accounted epsilon
+EXIT_PRIVACY_VIOLATION = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +39,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run directory (default: runs/<dataset>-<algorithm>-<time>)")
     run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    audit = sub.add_parser(
+        "audit", help="empirical privacy audit of a run config (canary membership inference)",
+        description="Train trials of the run's privacy mechanism with and without a canary and compare the "
+        "empirical lower bound on epsilon with the accounted epsilon (docs/audit.md). Exit status 3 when the "
+        "bound exceeds it.",
+    )
+    audit.add_argument(
+        "items", nargs="*", metavar="[CONFIG.toml] [key=value ...]", help="the run's config and overrides, as for run"
+    )
+    audit.add_argument("--trials", type=int, default=200, help="models trained, half with the canary (default 200)")
+    audit.add_argument("--client", type=int, help="example level: the silo to audit (default 0)")
+    audit.add_argument("--rounds", type=int, help="audit only the first N rounds (default: all the run's rounds)")
+    audit.add_argument(
+        "--executor", choices=["serial", "vectorized"],
+        help="example level: how trials are trained (default: the run's executor; ray as serial)",
+    )
+    audit.add_argument(
+        "--no-noise", action="store_true", help="self-test: draw every noise term as zero while the ledger still "
+        "claims the planned noise (what a run whose noise is silently off looks like)",
+    )
+    audit.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson confidence (default 0.95)")
+    audit.add_argument("--seed", type=int, help="seed of the trials (default: the run's seed)")
+    audit.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    audit.add_argument("--quiet", action="store_true", help="no progress bar")
 
     report = sub.add_parser("report", help="(re)draw the plots of a run directory")
     report.add_argument("run_dir", metavar="RUN_DIR")
@@ -72,8 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"fedveil: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except PrivacyCheckError as err:
+        print(f"fedveil: {err}", file=sys.stderr)
+        return EXIT_PRIVACY_VIOLATION
     except KeyboardInterrupt:
-        print("fedveil: interrupted; resume with --resume (the last checkpoint is kept)", file=sys.stderr)
+        hint = "; resume with --resume (the last checkpoint is kept)" if args.command == "run" else ""
+        print(f"fedveil: interrupted{hint}", file=sys.stderr)
         return 130
 
 
@@ -159,6 +191,26 @@ def print_summary(summary: dict, out: Path) -> None:
     print(f"  run directory: {out}  (summary.json, metrics.jsonl, learning_curves.png)")
 
 
+# --------------------------------------------------------------------------- audit
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    import json
+
+    from ..config import load_config
+    from ..runtime.audit_run import audit_run
+
+    config = load_config(*split_items(args.items))
+    audit = audit_run(
+        config, trials=args.trials, client=args.client, rounds=args.rounds, executor=args.executor,
+        noise=not args.no_noise, confidence=args.confidence, seed=args.seed, progress=not args.quiet,
+    )
+    print(audit.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(audit.to_dict(), indent=2) + "\n")
+    return EXIT_PRIVACY_VIOLATION if audit.violated else 0
+
+
 # -------------------------------------------------------------------------- others
 
 
@@ -234,6 +286,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "audit": cmd_audit,
     "report": cmd_report,
     "datasets": cmd_datasets,
     "algorithms": cmd_algorithms,
