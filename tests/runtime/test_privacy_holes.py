@@ -267,3 +267,19 @@ def test_audit_flags_client_and_executor_at_client_level():
                          privacy={"level": "client", "epsilon": 1.0, "delta": DELTA})
     with pytest.raises(ConfigError, match="--client and --executor apply to example level"):
         audit_run(config, trials=2, client=1, progress=False)
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+@pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "ifca", "clusters": 2, "select_fraction": 0.5}])
+def test_the_rounds_planned_releases_compose_to_the_calibrated_epsilon(sampling, algorithm):
+    """What the check expects round by round is what the noise was calibrated for."""
+    config = tiny_config(algorithm=algorithm, client={"steps": 5, "batch_size": 64},
+                         privacy={**EXAMPLE, "batch_sampling": sampling})
+    sim = Simulation.from_config(config)
+    per_subject: dict = {}
+    for r, cohort in enumerate(sim.schedule):
+        for subject, releases in sim.privacy.planned_round(r, [int(c) for c in cohort]).items():
+            per_subject.setdefault(subject, []).extend(releases)
+    for cid, plan in sim.privacy.clients.items():
+        composed = sim.privacy.ledger.epsilon_of(per_subject.get(cid, []), DELTA)
+        assert composed == pytest.approx(plan.planned_epsilon, rel=1e-9)

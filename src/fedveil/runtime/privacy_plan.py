@@ -127,7 +127,7 @@ class RunPrivacy:
             steps_round = trainer.num_steps(n, probe)
             if steps_round == 0:
                 raise ConfigError(f"privacy.batch_sampling: client {cid} has {n} rows, fewer than one batch")
-            if cfg.batch_sampling == "shuffle":  # every round starts a new permutation: whole epochs
+            if cfg.batch_sampling == "shuffle":  # every training starts a new permutation: whole epochs
                 per_epoch = n // batch
                 steps_round_accounted = math.ceil(steps_round / per_epoch) * per_epoch
             else:
