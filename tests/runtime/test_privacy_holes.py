@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ from tiny_runs import tiny_config
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
 DELTA = 1e-5
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.toml")
 
 
 def rdp_epsilon(event: dp_event.DpEvent, count: int, relation=NeighboringRelation.ADD_OR_REMOVE_ONE) -> float:
@@ -84,7 +86,7 @@ def test_shuffled_trainings_are_each_one_release(tmp_path, algorithm, steps, bat
 
 def test_issue_repro_ditto_shuffle_reports_the_four_gaussians(tmp_path, capsys):
     out = tmp_path / "ditto"
-    code = main(["run", "examples/quickstart.toml", "algorithm.name=ditto", "federation.rounds=2", "client.steps=2",
+    code = main(["run", QUICKSTART, "algorithm.name=ditto", "federation.rounds=2", "client.steps=2",
                  "privacy.batch_sampling=shuffle", "privacy.epsilon=8", "--out", str(out), "--quiet"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -109,7 +111,7 @@ def combined_z(summary: dict, sampling: str) -> float:
 
 def test_issue_repro_adaptive_clip_with_poisson_cohorts(tmp_path):
     out = tmp_path / "adaptive"
-    code = main(["run", "examples/quickstart.toml", "data.num_clients=20", "federation.clients_per_round=5",
+    code = main(["run", QUICKSTART, "data.num_clients=20", "federation.clients_per_round=5",
                  "federation.sampling=poisson", "federation.rounds=4", "privacy.level=client", "privacy.epsilon=8",
                  "privacy.adaptive_clip=true", "privacy.clip_count_noise=1.0", "--out", str(out), "--quiet"])
     assert code == 0
