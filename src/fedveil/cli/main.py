@@ -181,6 +181,7 @@ def print_summary(summary: dict, out: Path) -> None:
         (f"personal_{score}_mean", f"personal models, mean client {score}"),
         (f"personal_{score}_worst10", f"personal models, worst-10% client {score}"),
         ("epsilon", "privacy spent (epsilon)"),
+        ("person_epsilon", f"per person of <= {summary.get('records_per_person')} records"),
     ]
     for key, label in shown:
         if key in summary:
