@@ -23,6 +23,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 import fedveil.privacy.client_dp as client_dp
 from fedveil.cli.main import main
+from fedveil.config import ConfigError
 from fedveil.privacy.accounting import DEFAULT_ORDERS
 from fedveil.privacy.ledger_check import PrivacyCheckError
 from fedveil.runtime import Simulation
@@ -262,7 +263,6 @@ def test_cli_stops_a_run_that_fails_the_ledger_check_with_one_line(tmp_path, mon
 
 
 def test_audit_flags_client_and_executor_at_client_level():
-    from fedveil.config import ConfigError
     from fedveil.runtime.audit_run import audit_run
 
     config = tiny_config(data={"num_clients": 20}, federation={"clients_per_round": 5},
@@ -285,3 +285,17 @@ def test_the_rounds_planned_releases_compose_to_the_calibrated_epsilon(sampling,
     for cid, plan in sim.privacy.clients.items():
         composed = sim.privacy.ledger.epsilon_of(per_subject.get(cid, []), DELTA)
         assert composed == pytest.approx(plan.planned_epsilon, rel=1e-9)
+
+
+def test_adaptive_clip_count_noise_is_checked_against_the_largest_scheduled_noise():
+    """A decaying noise schedule raises z above its shape-1 value in early rounds; the count
+    noise must exceed z/2 in every round, or the round's update noise is undefined mid-run."""
+    base = dict(data={"num_clients": 20}, federation={"rounds": 6, "clients_per_round": 5, "sampling": "poisson"})
+    privacy = {"level": "client", "epsilon": 3.0, "delta": DELTA, "adaptive_clip": True,
+               "noise_schedule": {"name": "dynamic", "gamma": 0.8}}
+    sim = Simulation.from_config(tiny_config(**base, privacy={**privacy, "clip_count_noise": 100.0}))
+    z, peak = sim.privacy.population_noise, float(sim.privacy.shape.max())
+    assert peak > 1.2
+    between = 0.5 * (z / 2 + z * peak / 2)  # enough for the shape-1 rounds, not for the first
+    with pytest.raises(ConfigError, match="clip_count_noise"):
+        Simulation.from_config(tiny_config(**base, privacy={**privacy, "clip_count_noise": between}))

@@ -162,8 +162,8 @@ class RunPrivacy:
             sampling=self.population_sampling,
         )
         if cfg.adaptive_clip:
-            try:
-                update_noise_multiplier(z, count_noise)
+            try:  # every round: a noise schedule raises z above its shape-1 value in some rounds
+                update_noise_multiplier(z * float(self.shape.max()), count_noise)
             except ValueError as err:
                 raise ConfigError(f"privacy: {err}") from None
 
