@@ -46,7 +46,7 @@ from .cohort_training import TrainRequest, train_stacked
 from .privacy_plan import POPULATION
 from .private_stacked import check_private_stacking
 from .simulation import Simulation
-from .vectorized import MAX_STACKED_BYTES
+from .vectorized import stacked_chunk_size
 
 TRIALS = 200
 EXECUTORS = ("serial", "vectorized")
@@ -333,7 +333,7 @@ class SiloCanaryGame:
                 out.append(self._serial_trial(i, seed))
                 bar.update(1)
             return out
-        out, size = [], _stacked_trials(self.trainer.model)
+        out, size = [], min(STACKED_TRIALS, stacked_chunk_size(self.trainer.model))
         for first in range(0, trials, size):
             chunk = range(first, min(first + size, trials))
             out += self._stacked_trials(chunk, seed)
@@ -362,19 +362,14 @@ class SiloCanaryGame:
     def accounted_epsilon(self) -> float:
         """Epsilon of trial 0's trainings, recorded in a fresh ledger by the run's own
         bookkeeping (every trial runs the same steps at the same noise)."""
-        self.privacy.ledger = PrivacyLedger(self.privacy.config.accountant)
+        fresh = replace(self.privacy, ledger=PrivacyLedger(self.privacy.config.accountant))
         for dp in self.ran:
-            self.privacy.record_client(self.cid, self.plan.num_train, dp)
-        return self.privacy.ledger.epsilon(self.cid, self.privacy.config.delta)
+            fresh.record_client(self.cid, self.plan.num_train, dp)
+        return fresh.ledger.epsilon(self.cid, self.privacy.config.delta)
 
 
 def _norm(params: Params) -> float:
     return math.sqrt(sum(float(v.double().square().sum()) for v in params.values()))
-
-
-def _stacked_trials(model: torch.nn.Module) -> int:
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return max(1, min(STACKED_TRIALS, MAX_STACKED_BYTES // (8 * param_bytes)))
 
 
 # ------------------------------------------------------------------------ client level
@@ -463,11 +458,8 @@ class ClientCanaryGame:
     def accounted_epsilon(self) -> float:
         """Epsilon of the plan's releases of the rounds run (the noise every trial claims,
         under :func:`noise_off` too), composed in a fresh ledger."""
-        ledger = PrivacyLedger(self.privacy.config.accountant)
-        for r in self.rounds:
-            for release in self.privacy.planned_round(r, [])[POPULATION]:
-                ledger.record(POPULATION, release)
-        return ledger.epsilon(POPULATION, self.privacy.config.delta)
+        releases = [release for r in self.rounds for release in self.privacy.planned_round(r, [])[POPULATION]]
+        return self.privacy.ledger.epsilon_of(releases, self.privacy.config.delta)
 
 
 __all__ = ["RunAudit", "SiloCanaryGame", "ClientCanaryGame", "audit_run", "canary_input", "noise_off"]

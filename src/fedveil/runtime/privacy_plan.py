@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from ..algorithms.base import Algorithm
@@ -35,6 +34,7 @@ from ..privacy.client_dp import COUNT_SENSITIVITY, ClientLevelDP, update_noise_m
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
 from ..privacy.ledger_check import LedgerCheck
 from ..privacy.person_level import person_epsilon
+from ..privacy.randomness import RandomSource
 from ..privacy.schedules import quantise_shape
 from .local import LocalTrainer
 
@@ -167,9 +167,10 @@ class RunPrivacy:
             except ValueError as err:
                 raise ConfigError(f"privacy: {err}") from None
 
-    def _sampling_args(self, population: int) -> dict[str, Any]:
-        """The sampling scheme in use, as the accountant and the ledger take it."""
-        sampling = self.config.batch_sampling if self.config.level == "example" else self.population_sampling
+    def _sampling_args(self, population: int, sampling: str | None = None) -> dict[str, Any]:
+        """A sampling scheme (default: the configured one) as the accountant and the ledger take it."""
+        if sampling is None:
+            sampling = self.config.batch_sampling if self.config.level == "example" else self.population_sampling
         args: dict[str, Any] = {"sampling": sampling}
         if sampling in ("fixed", "shuffle"):
             args["population_size"] = population
@@ -254,12 +255,11 @@ class RunPrivacy:
         for steps in dp.trainings:
             if steps:
                 self.ledger.record_gaussian_steps(
-                    cid, dp.noise_multiplier, dp.batch_size / n, steps, dp.sampling,
-                    population_size=n if dp.sampling == "shuffle" else None,
+                    cid, dp.noise_multiplier, dp.batch_size / n, steps, **self._sampling_args(n, dp.sampling)
                 )
 
     def private_mean_update(
-        self, updates: list[Params], template: Params, generator, round_idx: int
+        self, updates: list[Params], template: Params, generator: RandomSource, round_idx: int
     ) -> tuple[Params, dict]:
         """Client level: the clipped, noised, uniformly averaged update; accounts the round
         from the noise the mechanism reports it added (update and, if adaptive, clip count)."""
@@ -290,10 +290,13 @@ class RunPrivacy:
 
     def check_round(self, round_idx: int, cohort: list[int]) -> None:
         """After round ``round_idx``: raise :class:`~fedveil.privacy.ledger_check.PrivacyCheckError`
-        if any ledger has spent more than the plan calibrated through this round."""
+        if any ledger disagrees with what the plan calibrated through this round."""
+        self._expect_round(round_idx, cohort)
+        self.check.check()
+
+    def _expect_round(self, round_idx: int, cohort: list[int]) -> None:
         for subject, releases in self.planned_round(round_idx, cohort).items():
             self.check.expect(subject, releases)
-        self.check.check()
 
     @property
     def scheduled(self) -> bool:
@@ -360,6 +363,5 @@ class RunPrivacy:
             self.server.load_state_dict(state["server"])
         self.check = LedgerCheck(self.ledger, self.config.delta, self._describe)
         for r in range(rounds_done):
-            for subject, releases in self.planned_round(r, [int(c) for c in schedule[r]]).items():
-                self.check.expect(subject, releases)
+            self._expect_round(r, [int(c) for c in schedule[r]])
         self.check.check()

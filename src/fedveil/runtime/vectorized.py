@@ -19,6 +19,8 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from torch import nn
+
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
 from ..engine import StackedModel, UnsupportedModelError
 from .cohort_training import TrainRequest, train_stacked
@@ -143,7 +145,7 @@ class VectorizedExecutor:
                                      p.request.grad_hook, p.request.dp) for p in posts]
         else:
             outputs = []
-            for chunk in _chunks(posts, _chunk_size(trainer)):
+            for chunk in _chunks(posts, stacked_chunk_size(trainer.model)):
                 outputs += train_stacked(trainer, stacked, [p.request for p in chunk])
         for post, output in zip(posts, outputs):
             post.result = output
@@ -163,8 +165,9 @@ class VectorizedExecutor:
         return self._stacked[key]
 
 
-def _chunk_size(trainer: LocalTrainer) -> int:
-    param_bytes = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+def stacked_chunk_size(model: nn.Module) -> int:
+    """How many copies of ``model`` one stacked computation trains at most (:data:`MAX_STACKED_BYTES`)."""
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return max(1, MAX_STACKED_BYTES // (8 * param_bytes))  # params, grads, momentum, updates + slack
 
 
