@@ -13,9 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the field and the fix."""
+from .errors import ConfigError, format_validation_error
 
 
 class _Section(BaseModel):
@@ -381,18 +379,6 @@ def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         both = isinstance(value, dict) and isinstance(out.get(key), dict)
         out[key] = _overlay(out[key], value) if both else value
     return out
-
-
-def format_validation_error(err: ValidationError, joiner: str = "; ") -> str:
-    """Problems as ``data.partition: alpha: Input should be greater than 0 (got -1)``."""
-    lines = []
-    for problem in err.errors():
-        where = ".".join(str(p) for p in problem["loc"]) or "config"
-        msg = problem["msg"].removeprefix("Value error, ")
-        shows_input = problem["type"] not in ("missing", "value_error") and not isinstance(problem.get("input"), dict)
-        got = f" (got {problem['input']!r})" if shows_input else ""
-        lines.append(f"{where}: {msg}{got}")
-    return joiner.join(lines)
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:

@@ -14,7 +14,7 @@ from fedveil.config import ClientConfig
 from fedveil.data.arrays import ArrayDataset
 from fedveil.data.federated import ClientData, FederatedDataset
 from fedveil.params import Params
-from fedveil.runtime.local import LocalTrainer, task_loss
+from fedveil.training.local import LocalTrainer, task_loss
 from fedveil.seeding import torch_generator
 
 SEED = 0

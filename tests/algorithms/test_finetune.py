@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from fedveil.config import ClientConfig
-from fedveil.runtime.local import LocalTrainer, task_loss
+from fedveil.training.local import LocalTrainer, task_loss
 from fedveil.seeding import torch_generator
 from harness import SEED, assert_params_equal, make_algorithm, make_task, run_rounds
 

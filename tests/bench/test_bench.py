@@ -9,7 +9,7 @@ from fedveil.bench import baselines, harness
 from fedveil.bench.workloads import WORKLOADS, Case, fedveil_config, suite
 from fedveil.config import validate
 from fedveil.data import DataError
-from fedveil.data.build import build_dataset
+from fedveil.runtime.dataset import build_dataset
 
 RECORD_FIELDS = {"workload", "system", "clients", "dp", "steps", "batch", "status", "note"}
 

@@ -6,7 +6,7 @@ import torch
 
 from fedveil.config import DataConfig
 from fedveil.data import DataError
-from fedveil.data.build import build_dataset
+from fedveil.runtime.dataset import build_dataset
 from fedveil.data.loaders.adult import load_adult
 
 # 9 complete rows (all 5 races, 4 regions) and one with a missing value, which is dropped.

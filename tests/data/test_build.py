@@ -6,7 +6,7 @@ import torch
 
 from fedveil.config import DataConfig
 from fedveil.data import DataError
-from fedveil.data.build import build_dataset, check_loader_options, loader_options
+from fedveil.runtime.dataset import build_dataset, check_loader_options, loader_options
 
 FEDPROX = {"num_groups": 4, "size_log_mean": 2.0, "size_log_sigma": 0.5, "min_size": 30}
 

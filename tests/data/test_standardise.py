@@ -9,7 +9,7 @@ import torch
 
 from fedveil.config import ConfigError, DataConfig, validate
 from fedveil.data import DATASETS, DataError
-from fedveil.data.build import build_dataset
+from fedveil.runtime.dataset import build_dataset
 
 NUM_ROWS = 16  # 2 IID clients of 8 rows: 4 train, 2 val, 2 test each
 # workclass, education, marital-status, occupation, relationship, race, sex, native-country

@@ -8,7 +8,7 @@ import torch
 
 from fedveil.config import DataConfig
 from fedveil.data import DATASETS, DataError
-from fedveil.data.build import build_dataset
+from fedveil.runtime.dataset import build_dataset
 from fedveil.data.loaders.vehicle_synthetic import load_vehicle_synthetic, rows_for_train_size
 
 SMALL = {"num_silos": 6, "num_features": 20, "min_size": 300, "max_size": 400}

@@ -8,7 +8,7 @@ from torch.func import vmap
 
 from fedveil.engine import StackedModel, UnsupportedModelError, stack_params
 from fedveil.privacy.dp_sgd import ExampleDP, clip_per_example, per_example_grads
-from fedveil.runtime.private_stacked import check_private_stacking, private_stacked_gradients
+from fedveil.training.private_stacked import check_private_stacking, private_stacked_gradients
 
 
 class TokenModel(nn.Module):

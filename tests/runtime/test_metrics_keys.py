@@ -10,7 +10,7 @@ import scipy.io
 import torch
 from torch.func import functional_call
 
-from fedveil.data.build import build_dataset
+from fedveil.runtime.dataset import build_dataset
 from fedveil.models import build_model
 from fedveil.runtime import run
 from fedveil.runtime.sampling import client_schedule

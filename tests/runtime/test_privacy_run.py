@@ -23,7 +23,7 @@ from fedveil.models import build_model
 from fedveil.privacy import epsilon
 from fedveil.privacy.dp_sgd import ExampleDP
 from fedveil.runtime import Callback, Simulation, run
-from fedveil.runtime.local import LocalTrainer, task_loss
+from fedveil.training.local import LocalTrainer, task_loss
 from fedveil.runtime.sampling import client_schedule
 from tiny_runs import assert_same_state, load_checkpoint, merge, read_json, rows_of, tiny_config, without_wall_clock
 

@@ -20,7 +20,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedveil.engine import StackedModel, UnsupportedModelError, stack_params
 from fedveil.privacy.dp_sgd import ExampleDP
-from fedveil.runtime.private_stacked import private_stacked_gradients
+from fedveil.training.private_stacked import private_stacked_gradients
 
 
 class PlainMLP(nn.Module):
@@ -154,7 +154,7 @@ def test_vectorized_executor_trains_tied_weights_client_by_client(tmp_path):
     """The fallback is the serial trainer, whose per-example gradients are exact."""
     from fedveil.runtime.vectorized import VectorizedExecutor
     from fedveil.config import ClientConfig
-    from fedveil.runtime.local import LocalTrainer, task_loss
+    from fedveil.training.local import LocalTrainer, task_loss
 
     trainer = LocalTrainer(TiedWeights(), task_loss("classification"), ClientConfig(steps=1, batch_size=2), 1)
     executor = VectorizedExecutor()

@@ -6,7 +6,7 @@ Client and server halves of a method live in one module. State is plain data
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -14,12 +14,10 @@ from torch import nn
 
 from ..data.federated import ClientData, FederatedDataset
 from ..params import Params
+from ..privacy.accounting import Release
+from ..privacy.dp_sgd import ExampleDP
 from ..registry import Registry
-
-if TYPE_CHECKING:  # annotations only: importing the runtime here would be circular
-    from ..privacy.accounting import Release
-    from ..privacy.dp_sgd import ExampleDP
-    from ..runtime.local import LocalStats, LocalTrainer
+from ..training.local import LocalStats, LocalTrainer
 
 State = dict[str, Any]
 

@@ -1,16 +1,13 @@
 """FedAvg (McMahan et al., 2017): local SGD, then the server averages the client updates."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from .. import params as P
+from ..training.local import GradHook
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
-
-if TYPE_CHECKING:
-    from ..runtime.local import GradHook
-
 
 class FedAvgParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field(

@@ -6,18 +6,13 @@ SGD as the extra gradient mu (w - w^t); aggregation is FedAvg's. mu = 0 is FedAv
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from .. import params as P
 from ..engine.grad_terms import AffineGradTerm
+from ..training.local import GradHook
 from .base import ALGORITHMS, State
 from .fedavg import FedAvg, FedAvgParams
-
-if TYPE_CHECKING:
-    from ..runtime.local import GradHook
-
 
 class FedProxParams(FedAvgParams):
     mu: float = Field(0.01, ge=0.0, description="proximal strength mu (0 = FedAvg)")

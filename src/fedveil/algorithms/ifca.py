@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from torch.func import vmap
 
 from .. import params as P
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..models.functional import forward
 from ..privacy.accounting import Release, report_noisy_max_release
 from ..privacy.randomness import uniform

@@ -14,18 +14,15 @@ the mean corrected gradient that option II assumes.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
 from .. import params as P
 from ..engine.grad_terms import AffineGradTerm
+from ..training.local import GradHook
 from .base import ALGORITHMS, AlgorithmParams, ClientResult, ClientTask, State
 from .fedavg import FedAvg
-
-if TYPE_CHECKING:
-    from ..runtime.local import GradHook
-
 
 class ScaffoldParams(AlgorithmParams):
     server_lr: float = Field(1.0, gt=0.0, description="global step eta_g on the averaged update")

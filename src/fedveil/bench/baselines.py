@@ -67,7 +67,8 @@ def timed(rounds: int, one_round: Callable[[int], None]) -> list[float]:
 
 def run_fedveil(case: Case, executor: str) -> list[float]:
     """``Simulation.train_round`` of fedveil with ``executor`` (data built before timing)."""
-    from ..config import ConfigError, validate
+    from ..errors import ConfigError
+    from ..config import validate
     from ..runtime import Simulation
 
     try:
@@ -83,7 +84,8 @@ def run_fedveil(case: Case, executor: str) -> list[float]:
 
 def fedveil_executor_available(executor: str) -> str | None:
     """None when this fedveil accepts ``executor``, else the reason it does not."""
-    from ..config import ConfigError, validate
+    from ..errors import ConfigError
+    from ..config import validate
 
     try:
         validate({"executor": executor})

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..data.errors import DataError
 from ..privacy.ledger_check import PrivacyCheckError
 from ..registry import UnknownNameError

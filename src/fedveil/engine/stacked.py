@@ -140,7 +140,7 @@ def _embedding(m: nn.Embedding, p: Stacked, x: torch.Tensor, k: int) -> torch.Te
 
 # Each kernel returns (output, saved): what per-example gradients of the layer need
 # (the input for Linear / Conv2d / GroupNorm, the normalised input for LayerNorm, the
-# offset indices for Embedding). See fedveil.runtime.private_stacked.
+# offset indices for Embedding). See fedveil.training.private_stacked.
 BATCHED: dict[type, Callable[[Any, Stacked, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]] = {
     nn.Linear: _linear,
     nn.Conv2d: _conv2d,

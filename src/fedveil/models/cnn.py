@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from . import MODELS, image_input, num_outputs, scaled
+from .zoo import MODELS, image_input, num_outputs, scaled
 
 MIN_SIZE = 8
 

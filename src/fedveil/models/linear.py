@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from . import MODELS, num_outputs
+from .zoo import MODELS, num_outputs
 
 
 @MODELS.register("linear", "linear layer on the flattened input (logistic / linear regression)")

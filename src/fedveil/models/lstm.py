@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import MODELS
+from .zoo import MODELS
 
 
 class CharLSTM(nn.Module):

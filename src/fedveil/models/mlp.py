@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from . import MODELS, num_outputs
+from .zoo import MODELS, num_outputs
 
 
 @MODELS.register("mlp", "ReLU MLP on the flattened input (FedAvg's 784-200-200-10 by default)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import MODELS, image_input, num_outputs, scaled
+from .zoo import MODELS, image_input, num_outputs, scaled
 
 NORMS = ("group", "none")
 

@@ -26,7 +26,7 @@ from typing import Annotated, Callable, Iterator, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import format_validation_error
+from ..errors import format_validation_error
 from ..registry import Registry
 
 # Budget comparisons allow this relative slack: a schedule normalised to spend exactly R

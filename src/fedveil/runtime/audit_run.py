@@ -32,9 +32,10 @@ from tqdm.auto import tqdm
 
 import fedveil.privacy.client_dp as client_dp
 import fedveil.privacy.dp_sgd as dp_sgd
-import fedveil.runtime.private_stacked as private_stacked
+import fedveil.training.private_stacked as private_stacked
 
-from ..config import ConfigError, RunConfig
+from ..errors import ConfigError
+from ..config import RunConfig
 from ..data.arrays import ArrayDataset
 from ..engine import StackedModel, UnsupportedModelError
 from ..params import Params
@@ -42,9 +43,9 @@ from ..privacy.accounting import PrivacyLedger
 from ..privacy.audit import AuditResult, epsilon_lower_bound
 from ..privacy.dp_sgd import ExampleDP, per_example_grads, poisson_batches
 from ..seeding import torch_generator
-from .cohort_training import TrainRequest, train_stacked
+from ..training.cohort import TrainRequest, train_stacked
 from .privacy_plan import POPULATION
-from .private_stacked import check_private_stacking
+from ..training.private_stacked import check_private_stacking
 from .simulation import Simulation
 from .vectorized import stacked_chunk_size
 

@@ -3,19 +3,7 @@
 ``ray`` shards the cohort over Ray workers (:mod:`fedveil.runtime.ray_executor`)."""
 from __future__ import annotations
 
-from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
-
-
-class SerialExecutor:
-    """Runs the cohort's ``client_update`` calls one after another in this process."""
-
-    name = "serial"
-
-    def run_cohort(
-        self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
-    ) -> list[ClientResult]:
-        return [algorithm.client_update(server_state, client_state, task) for task, client_state in jobs]
-
+from .serial import SerialExecutor
 
 EXECUTORS = ("serial", "vectorized", "ray")
 

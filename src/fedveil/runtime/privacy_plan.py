@@ -24,7 +24,8 @@ import numpy as np
 from torch import nn
 
 from ..algorithms.base import Algorithm
-from ..config import ConfigError, PrivacyConfig
+from ..errors import ConfigError
+from ..config import PrivacyConfig
 from ..data.federated import FederatedDataset
 from ..params import Params
 from ..privacy.accounting import (
@@ -36,7 +37,7 @@ from ..privacy.ledger_check import LedgerCheck
 from ..privacy.person_level import person_epsilon
 from ..privacy.randomness import RandomSource
 from ..privacy.schedules import quantise_shape
-from .local import LocalTrainer
+from ..training.local import LocalTrainer
 
 POPULATION = PrivacyLedger.POPULATION
 PER_CLIENT_METRICS_LIMIT = 100  # metrics rows list per-client epsilons up to this many clients

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+from .serial import SerialExecutor
+from .vectorized import VectorizedExecutor
 
 
 def _require_ray():
@@ -39,16 +41,23 @@ def _shard_payload(task: ClientTask, client_state: State | None) -> dict[str, An
 def _run_shard(algorithm: Algorithm, server_state: State, payloads: list[dict], inner: str) -> list[tuple[ClientResult, list[int]]]:
     """Worker side: rebuild the tasks, run them with the inner executor, report the DP
     steps of each training."""
-    from .executor import make_executor
-
     jobs = []
     for p in payloads:
         generator = torch.Generator()
         generator.set_state(p["generator_state"])
         task = ClientTask(p["client_id"], p["round"], p["data"], generator, algorithm.ctx.trainer, p["dp"])
         jobs.append((task, p["client_state"]))
-    results = make_executor(inner).run_cohort(algorithm, server_state, jobs)
+    results = _inner_executor(inner).run_cohort(algorithm, server_state, jobs)
     return [(r, [] if task.dp is None else task.dp.trainings) for r, (task, _) in zip(results, jobs)]
+
+
+def _inner_executor(name: str):
+    """The executor a worker runs its shard with (``ray.inner``)."""
+    if name == "serial":
+        return SerialExecutor()
+    if name == "vectorized":
+        return VectorizedExecutor()
+    raise ValueError(f"ray.inner must be 'serial' or 'vectorized', got '{name}'")
 
 
 class RayExecutor:

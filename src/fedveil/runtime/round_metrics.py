@@ -18,7 +18,7 @@ from ..algorithms.base import Algorithm, ClientTask, State
 from ..data.federated import FederatedDataset
 from ..params import Params
 from .evaluation import evaluate, score_name, summarize_clients
-from .local import LocalTrainer
+from ..training.local import LocalTrainer
 from ..seeding import torch_generator
 
 

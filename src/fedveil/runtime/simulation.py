@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from ..algorithms import ALGORITHMS, Algorithm, ClientTask, RunContext
-from ..config import ConfigError, RunConfig
-from ..data.build import build_dataset
+from ..errors import ConfigError
+from ..config import RunConfig
+from .dataset import build_dataset
 from ..data.federated import FederatedDataset
 from ..models import build_model
 from ..params import Params
@@ -27,7 +28,7 @@ from ..privacy.randomness import SECURE
 from .callbacks import Callback
 from .client_store import ClientStateStore, MemoryClientStore, make_client_store
 from .executor import make_executor
-from .local import LocalTrainer, task_loss
+from ..training.local import LocalTrainer, task_loss
 from .privacy_plan import RunPrivacy
 from .report import PARTITION_FILE, write_report
 from .round_metrics import RoundEvaluator
@@ -230,7 +231,8 @@ class Simulation:
                 self._save_checkpoint(run_dir, state, config_dict)
         if client_rows is None:  # resumed a finished run: score the final state again
             _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
-        summary = build_summary(self, rows, state["elapsed_s"])
+        privacy_facts = self.privacy.summary() if self.privacy is not None else {}
+        summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
         run_dir.write_json(CLIENT_METRICS_FILE, client_rows)
         run_dir.write_json(SUMMARY_FILE, summary)
         write_report(run_dir.path)

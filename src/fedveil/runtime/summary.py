@@ -8,12 +8,11 @@ optimistic, so it is never done.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..config import RunConfig
+from ..data.federated import FederatedDataset
 from .evaluation import score_name
-
-if TYPE_CHECKING:
-    from .simulation import Simulation
 
 RUN_KEYS = ("round", "cohort_size", "lr", "train_loss", "elapsed_s", "epsilon", "epsilon_per_client", "clip")
 
@@ -34,23 +33,26 @@ def best_round(rows: list[dict[str, Any]], task: str) -> dict[str, Any] | None:
     return None
 
 
-def build_summary(sim: "Simulation", rows: list[dict[str, Any]], wall_time_s: float) -> dict[str, Any]:
-    cfg = sim.config
+def build_summary(
+    cfg: RunConfig, model_name: str, data: FederatedDataset, privacy_facts: dict[str, Any],
+    rows: list[dict[str, Any]], wall_time_s: float,
+) -> dict[str, Any]:
+    """The run's facts, its last evaluated round's metrics, the best round and the privacy facts."""
     evaluated = [r for r in rows if any(k.startswith(("global_", "personal_")) for k in r)]
     final = evaluated[-1] if evaluated else {}
     return {
         "algorithm": cfg.algorithm.name,
         "dataset": cfg.data.name,
-        "model": sim.model_name,
-        "task": sim.data.task,
-        "score": score_name(sim.data.task),
-        "num_clients": sim.data.num_clients,
+        "model": model_name,
+        "task": data.task,
+        "score": score_name(data.task),
+        "num_clients": data.num_clients,
         "rounds": cfg.federation.rounds,
         "rounds_completed": rows[-1]["round"] if rows else 0,
         "seed": cfg.seed,
         "wall_time_s": wall_time_s,
         "final_round": final.get("round"),
         **eval_metrics(final),
-        "best": best_round(evaluated, sim.data.task),
-        **(sim.privacy.summary() if sim.privacy is not None else {}),
+        "best": best_round(evaluated, data.task),
+        **privacy_facts,
     }

@@ -3,7 +3,7 @@
 Algorithms stay as they are. Each client's ``client_update`` runs in its own thread
 with a trainer that, instead of training, posts its ``train`` call and waits. When
 every client is either waiting or done, the executor trains all posted calls at
-once (:func:`~fedveil.runtime.cohort_training.train_stacked`, in cohort order) and
+once (:func:`~fedveil.training.cohort.train_stacked`, in cohort order) and
 wakes the clients, which go on to build their messages, and possibly train again
 (fine-tuning, Ditto's two models): each such wave is stacked in turn. Since a wave
 starts only when every client has reached it, waves and results do not depend on
@@ -23,9 +23,9 @@ from torch import nn
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
 from ..engine import StackedModel, UnsupportedModelError
-from .cohort_training import TrainRequest, train_stacked
-from .local import LocalTrainer
-from .private_stacked import check_private_stacking
+from ..training.cohort import TrainRequest, train_stacked
+from ..training.local import LocalTrainer
+from ..training.private_stacked import check_private_stacking
 
 # Clients stacked in one computation at most (bounds memory: stacked params, grads, activations).
 MAX_STACKED_BYTES = 1 << 30

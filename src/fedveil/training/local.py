@@ -8,20 +8,33 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ..config import ClientConfig
 from ..data.arrays import ArrayDataset
 from ..engine.grad_terms import AffineGradTerm
 from ..params import Params
 from ..privacy.dp_sgd import ExampleDP, private_gradient
 
 GradHook = Callable[[Params, Params], Params]
+
+
+class SGDSettings(Protocol):
+    """What the trainer reads from its configuration (the run's ``[client]`` section)."""
+
+    epochs: int
+    steps: int | None
+    batch_size: int  # 0 = full batch
+    lr: float
+    momentum: float
+    weight_decay: float
+    lr_schedule: str  # constant | step | exponential | cosine
+    lr_decay: float
+    lr_step_rounds: int
 
 
 CLASSIFICATION_LOSSES = ("cross_entropy", "hinge")
@@ -71,7 +84,7 @@ class LocalStats:
 class LocalTrainer:
     model: nn.Module
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    config: ClientConfig
+    config: SGDSettings
     total_rounds: int
 
     def lr_at(self, round_idx: int) -> float:

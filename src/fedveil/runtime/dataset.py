@@ -7,11 +7,11 @@ from typing import Any
 
 from ..config import DataConfig
 from ..seeding import derive_seed, numpy_generator
-from .errors import DataError
-from .federated import FederatedDataset, build_federated
-from .partition_base import PARTITIONERS
-from .source import DATASETS, DataSource
-from .standardise import standardise_pooled
+from ..data.errors import DataError
+from ..data.federated import FederatedDataset, build_federated
+from ..data.partition_base import PARTITIONERS
+from ..data.source import DATASETS, DataSource
+from ..data.standardise import standardise_pooled
 
 _COMMON_ARGS = ("root", "download")
 
