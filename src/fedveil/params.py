@@ -38,7 +38,12 @@ def weighted_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
     if torch.any(w < 0) or w.sum() <= 0:
         raise ValueError("weights must be non-negative with a positive sum")
     w = w / w.sum()
-    return {k: sum(float(wi) * it[k] for wi, it in zip(w, items)) for k in items[0]}
+    return {k: _keep_dtype(sum(float(wi) * it[k] for wi, it in zip(w, items)), items[0][k]) for k in items[0]}
+
+
+def _keep_dtype(mean: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Integer buffers (BatchNorm's ``num_batches_tracked``) stay integers, rounded."""
+    return mean.round().to(like.dtype) if not like.is_floating_point() else mean
 
 
 def global_norm(p: Params) -> torch.Tensor:

@@ -1,4 +1,9 @@
-"""Thread-safe functional forward passes.
+"""Model state as plain data, and thread-safe functional forward passes.
+
+A model's *state* is one dict: its parameters (trained by SGD) and its buffers (BatchNorm
+running statistics, updated by the forward in training mode). Client and server states,
+checkpoints and aggregation all handle this one dict; :func:`parameter_names` and
+:func:`buffer_names` tell the two parts apart.
 
 ``torch.func.functional_call`` swaps a module's parameters in place for the call, so two
 threads must not run it on the same module at once. The vectorized executor runs each
@@ -28,7 +33,32 @@ def _lock_of(model: nn.Module) -> threading.Lock:
         return lock
 
 
-def forward(model: nn.Module, params: Params, x: torch.Tensor) -> torch.Tensor:
-    """``model`` applied to ``x`` with parameters ``params``, safe to call from several threads."""
+def parameter_names(model: nn.Module) -> list[str]:
+    return [name for name, _ in model.named_parameters()]
+
+
+def buffer_names(model: nn.Module) -> list[str]:
+    return [name for name, _ in model.named_buffers()]
+
+
+def model_state(model: nn.Module) -> Params:
+    """A detached copy of ``model``'s parameters and buffers: the initial state of a run."""
+    return {name: t.detach().clone() for name, t in (*model.named_parameters(), *model.named_buffers())}
+
+
+def forward(model: nn.Module, state: Params, x: torch.Tensor, *, train: bool = False) -> torch.Tensor:
+    """``model`` applied to ``x`` with the parameters and buffers in ``state``, safe to call
+    from several threads. ``train`` picks the mode of mode-dependent layers (BatchNorm uses
+    batch statistics and updates the running statistics in ``state`` in place); a buffer
+    missing from ``state`` in training mode is an error, so a shared module is never changed."""
+    if train:
+        missing = [n for n in buffer_names(model) if n not in state]
+        if missing:
+            raise ValueError(f"training needs the model's buffers in the state; missing: {', '.join(missing)}")
     with _lock_of(model):
-        return functional_call(model, params, (x,))
+        was_training = model.training
+        model.train(train)
+        try:
+            return functional_call(model, state, (x,))
+        finally:
+            model.train(was_training)
