@@ -1,19 +1,24 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make demo   - create .venv, install fedveil, run the main job (examples/quickstart.toml)
 #   make test   - create .venv, install fedveil with test extras, run the test suite
-# TORCH pins the CPU wheel first so that pip never pulls a CUDA build on a CPU machine;
-# on a GPU machine use e.g. `make demo TORCH=torch`.
-PYTHON ?= python3
-VENV   ?= .venv
-TORCH  ?= torch==2.13.0
-PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+# torch is installed first, from PyTorch's CPU wheel index by default, so that pip never
+# pulls a CUDA build (PyPI's Linux torch wheel is one) on a CPU machine; fedveil's own
+# install then keeps it. On a GPU machine use `make demo TORCH=torch` (any other TORCH
+# skips the CPU index: pip installs PyPI's CUDA build); `make clean` first to replace a
+# CPU torch already in .venv.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_CPU   := torch==2.13.0
+TORCH       ?= $(TORCH_CPU)
+TORCH_INDEX ?= $(if $(filter $(TORCH_CPU),$(TORCH)),https://download.pytorch.org/whl/cpu)
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: demo test test-slow install install-dev clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) "$(TORCH)"
+	$(PIP) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.torch pyproject.toml

@@ -22,11 +22,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dp", choices=("yes", "no"), help="only the DP-SGD (yes) or the non-private (no) variants")
     parser.add_argument("--threads", type=int, help="torch threads per subprocess (default: 1 with --quick, else torch's default; 0: torch's default)")
     parser.add_argument("--timeout", type=float, help="seconds before a case is killed")
+    parser.add_argument("--device", default="auto", help="where every system computes: auto (CUDA when available), cpu, cuda, cuda:N")
     args = parser.parse_args(argv)
     run_suite(
         args.quick, args.json, args.systems, args.workloads,
         cohorts=args.clients, rounds=args.rounds, timeout_s=args.timeout,
-        dp=None if args.dp is None else args.dp == "yes", threads=args.threads,
+        dp=None if args.dp is None else args.dp == "yes", threads=args.threads, device=args.device,
     )
 
 

@@ -17,6 +17,7 @@ PACKAGE = Path(fedveil.__file__).parent
 LAYERS = [
     {"__init__", "errors", "params", "registry", "seeding"},
     {"data", "models", "engine"},
+    {"metrics"},  # evaluation metrics read data.arrays
     {"privacy"},
     {"training", "theory", "pets"},
     {"algorithms"},

@@ -7,13 +7,17 @@ reported with its full dotted name.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, format_validation_error
+
+
+DEVICE_NAMES = r"auto|cpu|cuda(:\d+)?"  # the spellings of ``device`` (resolved by fedveil.runtime.device)
 
 
 class _Section(BaseModel):
@@ -138,6 +142,29 @@ class EvalConfig(_Section):
     every: int = Field(1, ge=1, description="rounds between evaluations (the last round is always evaluated)")
     batch_size: int = Field(1024, ge=1, description="evaluation batch size (memory only; scores do not depend on it)")
     personal: bool = Field(True, description="also score personal models where the algorithm has them")
+    metrics: list[str] = Field(
+        default_factory=list, description="metrics reported besides the task's loss and score (accuracy or mse), "
+        "e.g. [\"equalized_odds_gap\", \"auprc\"]; names and keys in docs/evaluation.md"
+    )
+    group: str | None = Field(
+        None, description="group key of the data read by the group metrics (e.g. \"sex\" or \"race\" of adult, compas)"
+    )
+
+    @model_validator(mode="after")
+    def _check_metrics(self) -> "EvalConfig":
+        from .metrics import metric_class
+        from .registry import UnknownNameError
+
+        for name in self.metrics:
+            try:
+                cls = metric_class(name)
+            except UnknownNameError as err:
+                raise ValueError(str(err)) from None
+            if cls.needs_groups and self.group is None:
+                raise ValueError(
+                    f"metric '{name}' needs eval.group, the data's group key (e.g. group = \"sex\" for adult or compas)"
+                )
+        return self
 
 
 class CheckpointConfig(_Section):
@@ -247,6 +274,9 @@ class RunConfig(_Section):
     executor: Literal["serial", "vectorized", "ray"] = Field(
         "serial", description="how a round's cohort is trained: one client after another, stacked (fast), or on Ray"
     )
+    device: str = Field(
+        "auto", description="where the run computes: auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -256,6 +286,14 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        # only the spelling here: whether CUDA is present is checked when a run starts
+        if not re.fullmatch(DEVICE_NAMES, value):
+            raise ValueError(f"'{value}' is not a device; use auto, cpu, cuda or cuda:N")
+        return value
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> "RunConfig":

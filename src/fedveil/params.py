@@ -32,7 +32,7 @@ def scale(a: Params, s: float) -> Params:
 
 def weighted_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
     """sum_i w_i x_i / sum_i w_i (the FedAvg average, McMahan et al. 2017)."""
-    w = torch.tensor(list(weights), dtype=torch.float64)
+    w = torch.tensor(list(weights), dtype=torch.float64, device="cpu")  # host-side scalars, whatever the run's device
     if len(w) != len(items) or len(items) == 0:
         raise ValueError(f"need one weight per item, got {len(w)} weights for {len(items)} items")
     if torch.any(w < 0) or w.sum() <= 0:

@@ -42,6 +42,21 @@ def make_model() -> nn.Linear:
     return nn.Linear(DIM, 1).to(DTYPE)
 
 
+def model_factory(device: torch.device | str | None = None) -> nn.Linear:
+    """A fresh copy of :func:`make_model`'s model, leaving the global random state alone."""
+    with torch.random.fork_rng():
+        return make_model().to(device or "cpu")
+
+
+@dataclass
+class ToyContext(RunContext):
+    """The run context the algorithms see, plus the toy problem's data and model for the
+    tests to check against (algorithms must use only :class:`RunContext`'s fields)."""
+
+    data: FederatedDataset | None = None
+    model: nn.Module | None = None
+
+
 def initial_params(model: nn.Module) -> Params:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
@@ -64,7 +79,11 @@ def make_algorithm(
     data = make_dataset(sizes, identical)
     trainer = make_trainer(model, rounds, **(client or {}))
     cls = ALGORITHMS.get(name)
-    return cls(cls.Params(**params), RunContext(model=model, trainer=trainer, data=data, seed=SEED, rounds=rounds))
+    ctx = ToyContext(
+        num_clients=data.num_clients, task=data.task, num_classes=data.num_classes, input_shape=data.input_shape,
+        rounds=rounds, seed=SEED, model_factory=model_factory, trainer=trainer, data=data, model=model,
+    )
+    return cls(cls.Params(**params), ctx)
 
 
 def make_task(alg: Algorithm, cid: int, round_idx: int, purpose: str = "train") -> ClientTask:

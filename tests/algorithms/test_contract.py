@@ -8,14 +8,13 @@ from pydantic import ValidationError
 from fedveil.algorithms import ALGORITHMS
 from harness import make_algorithm, run_rounds
 
-NAMES = [
-    "ditto", "fedadam", "fedavg", "fedavg_ft", "fedavg_then_local", "fedavgm", "fednova", "fedprox", "fedyogi", "ifca",
-    "local", "mocha", "mr_mtl", "scaffold",
-]
+NAMES = ALGORITHMS.names()  # new algorithms are covered as soon as they register
 
 
 def test_registered_names():
-    assert ALGORITHMS.names() == NAMES
+    expected = {"ditto", "fedadam", "fedavg", "fedavg_ft", "fedavg_then_local", "fedavgm", "fednova", "fedprox",
+                "fedyogi", "ifca", "local", "mocha", "mr_mtl", "scaffold"}
+    assert expected <= set(NAMES)  # the methods that exist today stay registered
     assert all(entry.description and entry.obj.__doc__ for entry in ALGORITHMS.entries())
 
 

@@ -9,6 +9,7 @@ from fedveil.bench import baselines, harness
 from fedveil.bench.workloads import WORKLOADS, Case, fedveil_config, suite
 from fedveil.config import validate
 from fedveil.data import DataError
+from fedveil.errors import ConfigError
 from fedveil.runtime.dataset import build_dataset
 
 RECORD_FIELDS = {"workload", "system", "clients", "dp", "steps", "batch", "status", "note"}
@@ -103,3 +104,26 @@ def test_plain_loop_and_fedveil_compute_the_same_fedavg_round():
 def test_a_case_over_its_time_limit_is_killed_and_reported():
     record = harness.run_case(Case("tiny", "plain-loop", clients=2), timeout_s=0.3)
     assert record["status"] == "timeout" and "killed" in record["note"]
+
+
+def test_every_system_runs_on_the_chosen_device_and_records_it(monkeypatch):
+    """In-process: the record holds the device the case resolved to (auto: the CPU here),
+    fedveil's config carries it, and CUDA on a machine without it stops the suite early."""
+    import fedveil.runtime.device as device_mod
+
+    for system in ("fedveil-serial", "plain-loop", "centralised"):
+        case = Case("tiny", system, clients=2, rounds=1, warmup=0, device="cpu")
+        record = harness.run_one(case)
+        assert record["status"] == "ok" and record["device"] == "cpu", record
+    assert harness.run_one(Case("tiny", "plain-loop", clients=2, rounds=1, warmup=0))["device"] == (
+        "cuda:0" if torch.cuda.is_available() else "cpu"
+    )
+    assert validate(fedveil_config(Case("tiny", "fedveil-serial", 2, device="cpu"), "serial")).device == "cpu"
+    assert {c.device for c in suite(True, device="cuda:1")} == {"cuda:1"}
+
+    monkeypatch.setattr(device_mod, "cuda_available", lambda: False)
+    ran = []
+    monkeypatch.setattr(harness, "run_case", lambda *a, **k: ran.append(a))
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        harness.run_suite(True, None, ["plain-loop"], ["tiny"], device="cuda", echo=None)
+    assert ran == []

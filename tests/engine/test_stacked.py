@@ -147,8 +147,8 @@ def test_noise_is_drawn_from_each_clients_generator_in_parameter_order():
 
 
 def test_unsupported_layers_are_named():
-    with pytest.raises(UnsupportedModelError, match="layer '1' \\(BatchNorm1d\\)"):
-        StackedModel(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
+    with pytest.raises(UnsupportedModelError, match="layer '1' \\(InstanceNorm1d\\)"):
+        StackedModel(nn.Sequential(nn.Linear(3, 4), nn.InstanceNorm1d(4, affine=True)))
     with pytest.raises(UnsupportedModelError, match="grouped Conv2d"):
         check_private_stacking(nn.Sequential(nn.Conv2d(4, 4, 3, groups=2)))
 

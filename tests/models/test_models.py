@@ -232,7 +232,7 @@ def test_misspelt_option_gets_a_suggestion():
         ("lenet", (1, 28, 28), 10, {"width": "2"}, "width must be a number > 0"),
         ("lenet", (1, 4, 4), 10, {}, "at least 8x8"),
         ("lenet", (784,), 10, {}, r"\(C, H, W\) or \(H, W\)"),
-        ("resnet", (3, 16, 16), 10, {"norm": "batch"}, "BatchNorm is not offered"),
+        ("resnet", (3, 16, 16), 10, {"norm": "layer"}, "norm must be one of"),
         ("resnet", (3, 16, 16), 10, {"depth": 0}, "depth must be an int >= 1"),
         ("resnet", (3, 16, 16), 10, {"groups": 5}, "groups=5 must divide every stage width"),
         ("mlp", (784,), 10, {"hidden": 200}, "hidden must be a sequence of positive ints"),

@@ -25,7 +25,7 @@ from fedveil.privacy import (
     report_noisy_max_release,
     sampling_relation,
 )
-from fedveil.privacy import accounting
+from fedveil.privacy import events
 
 
 def rdp_to_eps(orders, rdp, delta):
@@ -381,10 +381,10 @@ def test_event_serialisation_round_trip():
             dp_event.SampledWithoutReplacementDpEvent(100, 10, dp_event.GaussianDpEvent(0.5)),
         ]
     )
-    data = json.loads(json.dumps(accounting.event_to_dict(event)))
-    assert accounting.event_from_dict(data) == event
+    data = json.loads(json.dumps(events.event_to_dict(event)))
+    assert events.event_from_dict(data) == event
     with pytest.raises(ValueError, match="unknown DpEvent"):
-        accounting.event_from_dict({"type": "Nope"})
+        events.event_from_dict({"type": "Nope"})
 
 
 def test_release_and_gaussian_std():

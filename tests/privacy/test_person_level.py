@@ -17,7 +17,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import integrate, stats
 
 from fedveil.config import ConfigError, validate
-from fedveil.privacy.accounting import DEFAULT_ORDERS
+from fedveil.privacy.composition import DEFAULT_ORDERS
 from fedveil.privacy.person_level import person_event
 from fedveil.runtime import Simulation
 

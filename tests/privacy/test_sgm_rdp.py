@@ -5,7 +5,7 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedveil.privacy.accounting import DEFAULT_ORDERS
+from fedveil.privacy.composition import DEFAULT_ORDERS
 from fedveil.privacy.sgm_rdp import poisson_gaussian_rdp
 
 SPEC_ORDERS = tuple([1.25, 1.5, 1.75, 2, 2.25, 2.5, 3, 3.5, 4, 4.5] + list(range(5, 64)) + [128, 256, 512])

@@ -24,7 +24,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 import fedveil.privacy.client_dp as client_dp
 from fedveil.cli.main import main
 from fedveil.config import ConfigError
-from fedveil.privacy.accounting import DEFAULT_ORDERS
+from fedveil.privacy.composition import DEFAULT_ORDERS
 from fedveil.privacy.ledger_check import PrivacyCheckError
 from fedveil.runtime import Simulation
 from fedveil.runtime.privacy_plan import RunPrivacy
@@ -165,8 +165,8 @@ def test_a_mechanism_with_less_noise_than_planned_stops_the_run(tmp_path, monkey
 def test_two_trainings_recorded_as_one_release_stop_the_run(tmp_path, monkeypatch):
     """Item 1 as it was: Ditto's two shuffled trainings merged into one release."""
 
-    def merged(self, cid, n, dp):
-        self.ledger.record_gaussian_steps(cid, dp.noise_multiplier, dp.batch_size / n, dp.steps_taken, dp.sampling,
+    def merged(self, cid, n, dp, trainings):
+        self.ledger.record_gaussian_steps(cid, dp.noise_multiplier, dp.batch_size / n, sum(trainings), dp.sampling,
                                           population_size=n)
 
     monkeypatch.setattr(RunPrivacy, "record_client", merged)

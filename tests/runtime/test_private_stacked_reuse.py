@@ -160,5 +160,5 @@ def test_vectorized_executor_trains_tied_weights_client_by_client(tmp_path):
     executor = VectorizedExecutor()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert executor._stacked_model(trainer, private=True) is None
+        assert executor._stacked_model(trainer.model, private=True) is None
     assert len(caught) == 1 and "tied weights" in str(caught[0].message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedveil.privacy.accounting import calibrate_noise, epsilon, report_noisy_max_release
+from fedveil.privacy import calibrate_noise, epsilon, report_noisy_max_release
 from fedveil.runtime import Simulation
 from tiny_runs import tiny_config
 

@@ -37,6 +37,11 @@ CASES = {
     "local": {"algorithm": {"name": "local"}},
     "lenet": {"model": {"name": "lenet", "options": {"width": 0.25}}, "data": {"name": "rotated_digits"}},
     "resnet-groupnorm": {"model": {"name": "resnet", "options": {"depth": 1, "width": 0.25, "groups": 2}}, "federation": {"rounds": 2}},
+    # BatchNorm: per-client running statistics in the stacked buffers, averaged by FedAvg or kept local (FedBN)
+    "resnet-batchnorm": {"model": {"name": "resnet", "options": {"depth": 1, "width": 0.25, "norm": "batch"}},
+                         "federation": {"rounds": 2}, "client": {"momentum": 0.5}},
+    "resnet-batchnorm-local": {"model": {"name": "resnet", "options": {"depth": 1, "width": 0.25, "norm": "batch"}},
+                               "algorithm": {"name": "fedavgm", "buffers": "local"}, "federation": {"rounds": 2}},
     "dp-poisson": {"privacy": {"level": "example", "noise_multiplier": 1.0, "batch_sampling": "poisson"}},
     "dp-shuffle-unequal": {
         "privacy": {"level": "example", "noise_multiplier": 0.8, "batch_sampling": "shuffle", "clip": 0.5},
@@ -60,6 +65,9 @@ CASES = {
 def assert_params_close(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for k in a:
+        if not a[k].is_floating_point():  # integer buffers (BatchNorm's num_batches_tracked)
+            assert torch.equal(a[k], b[k]), k
+            continue
         rel = float((a[k] - b[k]).norm() / (a[k].norm() + 1e-12))
         assert rel <= RTOL, f"{k}: relative difference {rel:.2e}"
 

@@ -13,7 +13,7 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import optimize
 
-from fedveil.privacy.accounting import MRMTL_ORDERS
+from fedveil.privacy.composition import MRMTL_ORDERS
 from fedveil.theory import (
     fedavg_error,
     fedavg_gap,

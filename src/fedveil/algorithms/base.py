@@ -6,15 +6,16 @@ Client and server halves of a method live in one module. State is plain data
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from ..data.federated import ClientData, FederatedDataset
+from ..data.federated import ClientData
+from ..models.functional import forward
 from ..params import Params
-from ..privacy.accounting import Release
+from ..privacy.events import Release
 from ..privacy.dp_sgd import ExampleDP
 from ..registry import Registry
 from ..training.local import LocalStats, LocalTrainer
@@ -30,13 +31,23 @@ class AlgorithmParams(BaseModel):
 
 @dataclass
 class RunContext:
-    """What an algorithm may know about the whole run."""
+    """What an algorithm may know about the whole run: its shape, not its data (a
+    deployment server has no clients' rows), plus the tools it calls.
 
-    model: nn.Module
-    trainer: LocalTrainer
-    data: FederatedDataset
-    seed: int
+    ``model_factory(device=None)`` returns a fresh model, initialised identically every
+    call (on the CPU with the run's init seed, then moved to ``device``, default the run's
+    device): the architecture an algorithm may instantiate, e.g. for its own forward passes.
+    """
+
+    num_clients: int
+    task: str  # "classification" | "regression"
+    num_classes: int  # 0 for regression
+    input_shape: tuple[int, ...]  # of one example
     rounds: int
+    seed: int
+    model_factory: Callable[..., nn.Module]
+    trainer: LocalTrainer
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
 
 @dataclass
@@ -63,6 +74,9 @@ class ClientResult:
     # noisy releases about the client's data other than DP-SGD steps (e.g. IFCA's private
     # cluster choice); the runtime records them in the client's privacy ledger
     releases: list[Release] = field(default_factory=list)
+    # DP-SGD steps of each local training under ``task.dp``, in order; filled by the executor
+    # once ``client_update`` has returned (algorithms leave it alone), accounted by the runtime
+    dp_trainings: list[int] = field(default_factory=list)
 
 
 class Algorithm:
@@ -112,6 +126,13 @@ class Algorithm:
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> Params:
         """The model client ``task.client_id`` would use itself (only if ``has_personal_models``)."""
         raise NotImplementedError
+
+    def predict(self, model: nn.Module, state: Params, x: torch.Tensor) -> torch.Tensor:
+        """Outputs (logits or predictions) of the model ``state`` (from ``global_params`` or
+        ``personal_params``) on ``x``. Every evaluation metric is computed from these, so an
+        ensemble, a chosen width or a personal head overrides this; the default is the
+        model's forward in eval mode (thread-safe :func:`~fedveil.models.functional.forward`)."""
+        return forward(model, state, x)
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

@@ -6,14 +6,21 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .. import params as P
+from ..errors import ConfigError
+from ..models.functional import buffer_names
 from ..training.local import GradHook
-from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
+from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
+
 
 class FedAvgParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field(
         "samples", description="average weighted by client training-set size, or uniformly"
     )
     server_lr: float = Field(1.0, gt=0.0, description="server step on the averaged update")
+    buffers: Literal["average", "local"] = Field(
+        "average", description="model buffers (BatchNorm running statistics): averaged like the parameters "
+        "(without the server step), or kept by each client (FedBN); no effect on models without buffers"
+    )
 
 
 @ALGORITHMS.register("fedavg", "FedAvg: average of client updates (sample-weighted or uniform)")
@@ -23,17 +30,40 @@ class FedAvg(Algorithm):
     Params = FedAvgParams
     supports_client_dp = True
 
+    def __init__(self, params: FedAvgParams, ctx: RunContext) -> None:
+        super().__init__(params, ctx)
+        self.buffer_keys = frozenset(buffer_names(ctx.trainer.model))
+        self.local_buffers = getattr(params, "buffers", "average") == "local" and bool(self.buffer_keys)
+        if self.local_buffers:
+            if type(self).client_update is not FedAvg.client_update and not self.has_personal_models:
+                raise ConfigError(f"algorithm.buffers = \"local\" is not supported by {type(self).__name__}")
+            # each client's model: the global parameters with its own running statistics
+            self.has_personal_models = True
+
     def grad_hook(self, server_state: State, client_state: State | None) -> GradHook | None:
         """Subclasses add terms to the local gradient (FedProx, SCAFFOLD)."""
         return None
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
-        start = server_state["params"]
+        start = self._with_own_buffers(server_state["params"], client_state)
         new, stats = task.trainer.train(
             start, task.data.train, task.generator, task.round, self.grad_hook(server_state, client_state), dp=task.dp
         )
-        message = {"delta": P.sub(new, start), "num_examples": task.data.num_train, "steps": stats.steps}
+        delta = P.sub(new, start)
+        if self.local_buffers:  # the statistics stay with the client: not in the message
+            delta = {k: v for k, v in delta.items() if k not in self.buffer_keys}
+            client_state = {**(client_state or {}), "buffers": {k: new[k] for k in self.buffer_keys}}
+        message = {"delta": delta, "num_examples": task.data.num_train, "steps": stats.steps}
         return ClientResult(message=message, state=client_state, stats=stats)
+
+    def _with_own_buffers(self, params: P.Params, client_state: State | None) -> P.Params:
+        if not self.local_buffers or client_state is None or "buffers" not in client_state:
+            return params
+        return {**params, **client_state["buffers"]}
+
+    def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """With ``buffers = "local"``: the global parameters and the client's own statistics."""
+        return self._with_own_buffers(server_state["params"], client_state)
 
     def weights(self, messages: list[dict[str, Any]]) -> list[float]:
         if self.hp.weighting == "uniform":
@@ -41,12 +71,20 @@ class FedAvg(Algorithm):
         return [float(m["num_examples"]) for m in messages]
 
     def server_update(self, server_state: State, mean_delta: P.Params) -> State:
-        """Apply the averaged update; server optimisers (FedAvgM, FedAdam...) override this."""
-        return {**server_state, "params": P.add(server_state["params"], mean_delta, self.hp.server_lr)}
+        """Apply the averaged update of the parameters (``mean_delta`` has no buffers);
+        server optimisers (FedAvgM, FedAdam...) override this."""
+        params = server_state["params"]
+        return {**server_state, "params": {**params, **P.add(self.trained(params), mean_delta, self.hp.server_lr)}}
+
+    def trained(self, params: P.Params) -> P.Params:
+        """The entries of ``params`` that SGD trains (its buffers left out)."""
+        return {k: v for k, v in params.items() if k not in self.buffer_keys}
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
         if not results:  # an empty Poisson cohort leaves the model unchanged
             return server_state
         messages = [m for _, m in results]
         mean_delta = P.weighted_mean([m["delta"] for m in messages], self.weights(messages))
-        return self.server_update(server_state, mean_delta)
+        state = self.server_update(server_state, self.trained(mean_delta))
+        averaged = {k: state["params"][k] + d for k, d in mean_delta.items() if k in self.buffer_keys}
+        return {**state, "params": {**state["params"], **averaged}} if averaged else state

@@ -23,7 +23,6 @@ noise than needed).
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, Literal
 
@@ -34,7 +33,7 @@ from torch.func import vmap
 from .. import params as P
 from ..errors import ConfigError
 from ..models.functional import forward
-from ..privacy.accounting import Release, report_noisy_max_release
+from ..privacy.events import Release, report_noisy_max_release
 from ..privacy.randomness import uniform
 from ..seeding import derive_seed
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
@@ -66,6 +65,10 @@ class IFCA(Algorithm):
     has_personal_models = True
     has_global_model = False
 
+    def __init__(self, params: IFCAParams, ctx) -> None:
+        super().__init__(params, ctx)
+        self.scoring_model = ctx.model_factory()  # the architecture the centroids are scored with
+
     @property
     def selection_rounds(self) -> int:
         return max(1, math.floor(self.hp.select_fraction * self.ctx.rounds))
@@ -77,13 +80,13 @@ class IFCA(Algorithm):
     def init_server(self, initial: P.Params) -> State:
         centroids = []
         for g in range(self.hp.clusters):
-            model = copy.deepcopy(self.ctx.model)
+            model = self.ctx.model_factory("cpu")  # drawn on the CPU: the same centroids on any device
             with torch.random.fork_rng():
                 torch.manual_seed(derive_seed(self.ctx.seed, "ifca-centroid", g))
                 for module in model.modules():
                     if hasattr(module, "reset_parameters"):
                         module.reset_parameters()
-            centroids.append({k: v.detach().clone() for k, v in model.named_parameters()})
+            centroids.append({k: v.detach().to(self.ctx.device, copy=True) for k, v in model.named_parameters()})
         return {"params": initial, "centroids": dict(enumerate(centroids))}
 
     # ------------------------------------------------------------------ selection
@@ -105,20 +108,20 @@ class IFCA(Algorithm):
 
     def scores(self, centroids: dict[int, P.Params], task: ClientTask) -> torch.Tensor:
         """Error rate (classification) or mean clipped loss (regression) of each centroid on the local training set."""
-        data, model = task.data.train, self.ctx.model
+        data, model = task.data.train, self.scoring_model
         per_example = vmap(lambda o, t: task.trainer.loss_fn(o.unsqueeze(0), t.unsqueeze(0)))
         out = []
         with torch.no_grad():
             for g in range(len(centroids)):
                 logits = forward(model, centroids[g], data.x)
-                if self.ctx.data.task == "classification":
+                if self.ctx.task == "classification":
                     out.append((logits.argmax(1) != data.y).float().mean())
                 else:
                     out.append(per_example(logits, data.y).clamp(max=self.hp.loss_clip).mean())
         return torch.stack(out)
 
     def sensitivity(self, n: int) -> float:
-        if self.ctx.data.task == "classification":
+        if self.ctx.task == "classification":
             return 1.0 / max(n - 1, 1)
         return self.hp.loss_clip / n
 

@@ -49,9 +49,9 @@ class Mocha(Algorithm):
     has_global_model = False
 
     def init_server(self, initial: P.Params) -> State:
-        k = self.ctx.data.num_clients
+        k = self.ctx.num_clients
         models = {cid: P.clone(initial) for cid in range(k)}
-        return {"params": initial, "models": models, "sigma": torch.eye(k, dtype=torch.float64) / k}
+        return {"params": initial, "models": models, "sigma": torch.eye(k, dtype=torch.float64, device=self.ctx.device) / k}
 
     def grad_hook(self, server_state: State, client_id: int) -> AffineGradTerm:
         sigma, models = server_state["sigma"], server_state["models"]

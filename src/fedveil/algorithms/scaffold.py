@@ -60,5 +60,5 @@ class Scaffold(FedAvg):
         mean_delta = P.weighted_mean([m["delta"] for _, m in results], uniform)
         mean_dc = P.weighted_mean([m["delta_control"] for _, m in results], uniform)
         state = self.server_update(server_state, mean_delta)
-        fraction = len(results) / self.ctx.data.num_clients
+        fraction = len(results) / self.ctx.num_clients
         return {**state, "control": P.add(server_state["control"], mean_dc, fraction)}

@@ -28,11 +28,12 @@ class FedAvgM(FedAvg):
     Params = FedAvgMParams
 
     def init_server(self, initial: P.Params) -> State:
-        return {"params": initial, "momentum": P.zeros_like(initial)}
+        return {"params": initial, "momentum": P.zeros_like(self.trained(initial))}
 
     def server_update(self, server_state: State, mean_delta: P.Params) -> State:
         v = P.add(mean_delta, server_state["momentum"], self.hp.server_momentum)
-        return {**server_state, "params": P.add(server_state["params"], v, self.hp.server_lr), "momentum": v}
+        params = server_state["params"]
+        return {**server_state, "params": {**params, **P.add(self.trained(params), v, self.hp.server_lr)}, "momentum": v}
 
 
 class AdaptiveParams(FedAvgParams):
@@ -56,14 +57,15 @@ class _AdaptiveServer(FedAvg):
         raise NotImplementedError
 
     def init_server(self, initial: P.Params) -> State:
-        v0 = {k: torch.full_like(t, self.hp.tau**2) for k, t in initial.items()}
-        return {"params": initial, "m": P.zeros_like(initial), "v": v0}
+        trained = self.trained(initial)
+        v0 = {k: torch.full_like(t, self.hp.tau**2) for k, t in trained.items()}
+        return {"params": initial, "m": P.zeros_like(trained), "v": v0}
 
     def server_update(self, server_state: State, mean_delta: P.Params) -> State:
         hp, w = self.hp, server_state["params"]
         m = {k: hp.beta1 * server_state["m"][k] + (1 - hp.beta1) * d for k, d in mean_delta.items()}
         v = {k: self.second_moment(server_state["v"][k], d * d) for k, d in mean_delta.items()}
-        new = {k: w[k] + hp.server_lr * m[k] / (v[k].sqrt() + hp.tau) for k in w}
+        new = {**w, **{k: w[k] + hp.server_lr * m[k] / (v[k].sqrt() + hp.tau) for k in mean_delta}}
         return {**server_state, "params": new, "m": m, "v": v}
 
 

@@ -1,7 +1,8 @@
 """The benchmarked systems: fedveil's own simulation and the baselines it is compared with.
 
 Every runner takes a :class:`Case` and returns the wall-clock seconds of each round
-(warm-up rounds first). A runner raises :class:`Unavailable` when its system cannot run
+(warm-up rounds first), computing on the case's device with the model and the data moved
+there before timing (on a GPU a round ends when its kernels have finished). A runner raises :class:`Unavailable` when its system cannot run
 here (missing package, executor not built into this fedveil); heavy imports happen
 inside the runners, so the harness can check availability cheaply.
 """
@@ -47,17 +48,36 @@ def missing_dependency(system: str) -> str | None:
     return None
 
 
-def build(w: Workload) -> nn.Module:
+def build(w: Workload, device: torch.device | str = "cpu") -> nn.Module:
+    """The workload's model, initialised on the CPU (the same weights on every device), on ``device``."""
     from ..models import build_model
 
-    return build_model(w.model, w.input_shape, w.num_classes, **w.model_options)
+    with torch.device("cpu"):
+        model = build_model(w.model, w.input_shape, w.num_classes, **w.model_options)
+    return model.to(device)
 
 
-def timed(rounds: int, one_round: Callable[[int], None]) -> list[float]:
+def case_device(case: Case) -> torch.device:
+    """The device ``case.device`` names here (``auto``: CUDA when available)."""
+    from ..runtime.device import resolve_device
+
+    return resolve_device(case.device)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(rounds: int, one_round: Callable[[int], None], device: torch.device | str = "cpu") -> list[float]:
+    device = torch.device(device)
     times = []
     for r in range(rounds):
+        synchronize(device)
         start = time.perf_counter()
         one_round(r)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return times
 
@@ -77,9 +97,9 @@ def run_fedveil(case: Case, executor: str) -> list[float]:
         if "executor" in str(err):
             raise Unavailable(f"not available: executor '{executor}' ({err})") from None
         raise
-    sim = Simulation.from_config(config)
+    sim = Simulation.from_config(config)  # data and model moved to the run's device here, before timing
     state = sim.fresh_state()
-    return timed(case.warmup + case.rounds, lambda r: sim.train_round(state, r))
+    return timed(case.warmup + case.rounds, lambda r: sim.train_round(state, r), sim.device)
 
 
 def fedveil_executor_available(executor: str) -> str | None:
@@ -149,12 +169,14 @@ def plain_fedavg_round(
 
 
 def run_plain_loop(case: Case, dp_engine: bool = False) -> list[float]:
-    w = case.spec
+    w, device = case.spec, case_device(case)
     torch.manual_seed(case.seed)
-    model = build(w)
-    x, y = cohort_tensors(w, case.clients, case.seed)
+    model = build(w, device)
+    x, y = (t.to(device) for t in cohort_tensors(w, case.clients, case.seed))
     plan = consecutive_batches(w)
-    return timed(case.warmup + case.rounds, lambda r: plain_fedavg_round(model, zip(x, y), plan, w.lr, dp_engine))
+    return timed(
+        case.warmup + case.rounds, lambda r: plain_fedavg_round(model, zip(x, y), plan, w.lr, dp_engine), device
+    )
 
 
 def run_opacus(case: Case) -> list[float]:
@@ -188,7 +210,7 @@ def private_big_batch_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor, g
         for k in summed:
             summed[k] += torch.tensordot(factor, g[k], dims=1)
     for k, p in model.named_parameters():
-        noise = torch.randn(p.shape, generator=generator) * CLIP * NOISE_MULTIPLIER
+        noise = torch.randn(p.shape, generator=generator, device=generator.device).to(p.device) * CLIP * NOISE_MULTIPLIER
         p.grad = (summed[k] + noise) / len(x)
 
 
@@ -201,11 +223,11 @@ def central_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
 
 def run_centralised(case: Case) -> list[float]:
     """One model, ``steps`` SGD steps per round on batches of ``clients * batch`` rows."""
-    w = case.spec
+    w, device = case.spec, case_device(case)
     torch.manual_seed(case.seed)
-    model = build(w)
+    model = build(w, device)
     x, y = cohort_tensors(w, case.clients, case.seed)
-    x, y = x.flatten(0, 1), y.flatten()
+    x, y = x.flatten(0, 1).to(device), y.flatten().to(device)
     big = case.clients * w.batch
     optimizer = torch.optim.SGD(model.parameters(), lr=w.lr)
     generator = torch.Generator().manual_seed(case.seed)
@@ -220,7 +242,7 @@ def run_centralised(case: Case) -> list[float]:
                 central_step(model, x[rows], y[rows])
             optimizer.step()
 
-    return timed(case.warmup + case.rounds, one_round)
+    return timed(case.warmup + case.rounds, one_round, device)
 
 
 # --- Flower ---------------------------------------------------------------------------------
@@ -240,10 +262,12 @@ def run_flower(case: Case) -> list[float]:
         from flwr.common import Context, ndarrays_to_parameters
     except ImportError as err:
         raise Unavailable(f"flwr not installed ({err})") from None
-    w, seed = case.spec, case.seed
+    w, seed, device = case.spec, case.seed, case_device(case)
     torch.manual_seed(seed)
     init = [p.detach().numpy() for p in build(w).parameters()]
     plan = consecutive_batches(w)
+    cores = os.cpu_count() or 1
+    gpu_share = 1.0 / cores if device.type == "cuda" else 0.0  # Ray actors share the GPU
 
     class BenchClient(fl.client.NumPyClient):
         def __init__(self, cid: int) -> None:
@@ -251,13 +275,14 @@ def run_flower(case: Case) -> list[float]:
 
         def fit(self, parameters, config):
             torch.set_num_threads(1)  # one Ray actor per core
-            model = build(w)
+            where = "cuda" if gpu_share else "cpu"  # the GPU Ray gives this actor
+            model = build(w, where)
             with torch.no_grad():
                 for p, a in zip(model.parameters(), parameters):
                     p.copy_(torch.from_numpy(a))
-            x, y = client_tensors(w, self.cid, seed)
+            x, y = (t.to(where) for t in client_tensors(w, self.cid, seed))
             local_sgd(model, x, y, list(plan(self.cid, len(x))), w.lr, dp=False)
-            return [p.detach().numpy() for p in model.parameters()], len(x), {}
+            return [p.detach().cpu().numpy() for p in model.parameters()], len(x), {}
 
     def client_fn(context: Context):
         return BenchClient(int(context.node_config["partition-id"])).to_client()
@@ -284,8 +309,8 @@ def run_flower(case: Case) -> list[float]:
     fl.simulation.start_simulation(
         client_fn=client_fn, num_clients=n, strategy=strategy,
         config=fl.server.ServerConfig(num_rounds=case.warmup + case.rounds),
-        client_resources={"num_cpus": 1, "num_gpus": 0.0},
-        ray_init_args={"num_cpus": os.cpu_count() or 1, "include_dashboard": False, "log_to_driver": False},
+        client_resources={"num_cpus": 1, "num_gpus": gpu_share},
+        ray_init_args={"num_cpus": cores, "include_dashboard": False, "log_to_driver": False},
     )
     times = [m[1] - m[0] for m in marks if len(m) == 2]
     if len(times) != case.warmup + case.rounds:

@@ -40,7 +40,10 @@ def run_one(case: Case) -> dict[str, Any]:
 
     if case.threads is not None:
         torch.set_num_threads(case.threads)
-    record = {**case.record(), "status": "ok", "note": "", "torch_threads": torch.get_num_threads()}
+    device = baselines.case_device(case)
+    record = {
+        **case.record(), "device": str(device), "status": "ok", "note": "", "torch_threads": torch.get_num_threads(),
+    }
     try:
         times = baselines.runner(case.system)(case)
     except baselines.Unavailable as err:
@@ -49,12 +52,15 @@ def run_one(case: Case) -> dict[str, Any]:
 
     measured = times[case.warmup :]
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {
+    out = {
         **record,
         "seconds_per_round": statistics.median(measured),
         "round_seconds": times,
         "peak_mib": peak_kib / 1024,
     }
+    if device.type == "cuda":  # this process's tensors on the GPU (not other processes', e.g. Ray actors')
+        out["gpu_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
 
 
 def _child(argv: list[str]) -> int:
@@ -164,8 +170,10 @@ def precheck(case: Case) -> str | None:
     return None if missing is None else f"{missing} not installed"
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(device: str = "auto") -> dict[str, Any]:
     import torch
+
+    from ..runtime.device import resolve_device
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -175,10 +183,13 @@ def machine_info() -> dict[str, Any]:
         )
     except (OSError, StopIteration):
         pass
+    resolved = resolve_device(device)
     return {
         "cpu": cpu, "cores": os.cpu_count(), "torch_default_threads": torch.get_num_threads(),
         "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": str(resolved), "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(resolved) if resolved.type == "cuda" else None,
     }
 
 
@@ -194,20 +205,24 @@ def run_suite(
     threads: int | None = None,
     timeout_s: float | None = None,
     echo: Callable[[str], None] | None = print,
+    device: str = "auto",
 ) -> list[dict[str, Any]]:
     """Run the quick or full suite (optionally restricted), print a table, write JSON.
 
     ``cohorts``, ``rounds`` and ``dp`` (only the non-private / DP-SGD variants) restrict
     the suite further; ``threads`` fixes torch's threads in every subprocess (default: 1
-    for the quick suite, torch's default for the full one; 0: torch's default). Returns one
+    for the quick suite, torch's default for the full one; 0: torch's default); ``device``
+    (auto, cpu, cuda, cuda:N) is where every system computes, checked here before any case
+    runs (:class:`~fedveil.errors.ConfigError` for CUDA on a machine without it). Returns one
     record per (workload, system, clients, dp): ``seconds_per_round`` (median of the
     measured rounds), ``peak_mib`` (the subprocess's max RSS), ``tree_peak_mib``,
     ``status`` (ok, n/a, error, timeout) and ``note``, plus ``ref_speedup``.
     """
     timeout_s = timeout_s or (QUICK_TIMEOUT_S if quick else FULL_TIMEOUT_S)
+    machine = machine_info(device)  # resolves the device: fails early without CUDA
     if threads is None:
         threads = QUICK_THREADS if quick else None
-    planned = suite(quick, systems, workloads, cohorts, rounds, dp, threads or None)
+    planned = suite(quick, systems, workloads, cohorts, rounds, dp, threads or None, device)
     cases = [c for c in planned if baselines.supports(c.system, c.dp)]
     records = []
     for case in cases:
@@ -220,7 +235,7 @@ def run_suite(
     if echo is not None:
         echo(format_table(records))
     if json_path is not None:
-        payload = {"machine": machine_info(), "quick": quick, "records": records}
+        payload = {"machine": machine, "quick": quick, "records": records}
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
     return records

@@ -3,7 +3,8 @@
 Every system trains the same thing: ``clients`` clients, each doing ``steps`` SGD steps
 of ``batch`` rows (lr ``lr``, no momentum) on its own ``steps * batch`` synthetic rows,
 then the updates are averaged. ``dp`` adds DP-SGD (clip 1.0, noise multiplier 1.0,
-fixed-size shuffled batches).
+fixed-size shuffled batches). Every system runs on the case's ``device`` (``auto``: CUDA
+when available), with its data moved there before timing.
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class Case:
     seed: int = 0
     steps: int | None = None  # local steps instead of the workload's (the quick suite shortens lenet)
     threads: int | None = None  # torch threads of the subprocess; None: torch's default (all cores)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N; a record holds the device it resolved to
 
     @property
     def spec(self) -> Workload:
@@ -81,6 +83,7 @@ def fedveil_config(case: Case, executor: str) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "seed": case.seed,
         "executor": executor,
+        "device": case.device,
         "data": {
             "name": "synthetic_images",
             "num_clients": case.clients,
@@ -136,11 +139,12 @@ QUICK = (
 
 def suite(
     quick: bool, systems=None, workloads=None, cohorts=None, rounds: int | None = None, dp: bool | None = None,
-    threads: int | None = None,
+    threads: int | None = None, device: str = "auto",
 ) -> list[Case]:
     """The cases of the quick or the full suite, optionally restricted to some systems,
     workloads, cohort sizes and to the non-private (``dp=False``) or DP-SGD variants;
-    ``rounds`` overrides the measured rounds, ``threads`` sets torch's thread count."""
+    ``rounds`` overrides the measured rounds, ``threads`` sets torch's thread count,
+    ``device`` where every case computes."""
     for name in workloads or ():
         if name not in WORKLOADS:
             raise ValueError(f"unknown workload '{name}'; choose from {', '.join(WORKLOADS)}")
@@ -156,5 +160,7 @@ def suite(
             continue
         for clients in cohorts or ((10,) if quick else COHORTS):
             n = rounds or measured or FULL_ROUNDS.get(clients, 2)
-            cases += [Case(name, s, clients, private, n, steps=steps, threads=threads) for s in systems or plan_systems]
+            cases += [
+                Case(name, s, clients, private, n, steps=steps, threads=threads, device=device) for s in systems or plan_systems
+            ]
     return cases

@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     bench.add_argument("--systems", help="comma-separated subset of systems")
     bench.add_argument("--workloads", help="comma-separated subset of workloads (mlp, lenet, resnet)")
+    bench.add_argument(
+        "--device", default="auto", help="where every system computes: auto (CUDA when available), cpu, cuda, cuda:N"
+    )
     return parser
 
 
@@ -281,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def names(text: str | None) -> list[str] | None:
         return None if not text else [t.strip() for t in text.split(",") if t.strip()]
 
-    run_suite(args.quick, args.json, names(args.systems), names(args.workloads))
+    run_suite(args.quick, args.json, names(args.systems), names(args.workloads), device=args.device)
     return 0
 
 

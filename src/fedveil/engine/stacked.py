@@ -12,9 +12,12 @@ are on the merged batch; every layer with parameters is replaced by a batched ke
   first timed for the layer's shapes (:func:`conv_mode`);
 * ``GroupNorm`` / ``LayerNorm``: the normalisation on the merged batch, then the
   per-client affine transform;
-* ``Embedding``: one lookup in the K tables laid end to end.
+* ``Embedding``: one lookup in the K tables laid end to end;
+* ``BatchNorm1d`` / ``BatchNorm2d`` (training mode): each client's batch statistics over
+  its real rows only (padding rows excluded), its own running statistics updated in the
+  stacked buffers ``(K, *shape)``, then its own affine transform.
 
-A model with any other parametric layer, or one that reads its parameters outside
+A model with any other parametric layer (or a layer with buffers other than BatchNorm), or one that reads its parameters outside
 its modules, raises :class:`UnsupportedModelError`; callers fall back to training
 those clients one by one.
 """
@@ -86,13 +89,16 @@ def _time_conv(mode: str, m: nn.Conv2d, x_shape: tuple, k: int, repeats: int = 2
     return best
 
 
-def conv_mode(m: nn.Conv2d, x_shape: tuple, k: int) -> str:
+def conv_mode(m: nn.Conv2d, x_shape: tuple, k: int, device: torch.device = torch.device("cpu")) -> str:
     """The faster of grouped / per-client convolution for these shapes, timed once (cached;
     batch sizes share a timing within a power of two, so Poisson batches are not re-timed).
 
     On CPU neither wins everywhere: grouped convolution is faster for LeNet-sized layers,
-    per-client convolutions for ResNet's narrow 3x3 layers on 32x32 inputs.
+    per-client convolutions for ResNet's narrow 3x3 layers on 32x32 inputs. On a GPU one
+    grouped convolution is taken without timing (one kernel launch instead of K).
     """
+    if device.type != "cpu":
+        return "grouped"
     rows_bucket = (x_shape[0] // max(k, 1)).bit_length()  # Poisson batches vary: time once per power of two
     key = (m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation, m.groups,
            m.bias is not None, tuple(x_shape[1:]), rows_bucket, k)
@@ -108,7 +114,7 @@ def conv_mode(m: nn.Conv2d, x_shape: tuple, k: int) -> str:
 def _conv2d(m: nn.Conv2d, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
     if m.padding_mode != "zeros":
         raise UnsupportedModelError(f"Conv2d with padding_mode={m.padding_mode!r}")
-    mode = conv_mode(m, tuple(x.shape), k)
+    mode = conv_mode(m, tuple(x.shape), k, x.device)
     return CONV_MODES[mode](m, p["weight"], p.get("bias"), x, k), x
 
 
@@ -138,6 +144,42 @@ def _embedding(m: nn.Embedding, p: Stacked, x: torch.Tensor, k: int) -> torch.Te
     return F.embedding(flat, p["weight"].reshape(k * m.num_embeddings, m.embedding_dim)), flat
 
 
+def _batch_norm(m: nn.modules.batchnorm._BatchNorm, p: Stacked, buffers: Stacked, x: torch.Tensor, k: int,
+                rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training-mode BatchNorm per client (``rows (K, B)``: 1 for real rows, ``None``: all real).
+
+    Statistics over each client's real rows and spatial positions; the output normalises
+    with the biased variance, the running variance is updated with the unbiased one, as
+    ``F.batch_norm`` does. Padding rows are normalised with their client's statistics."""
+    b = x.shape[0] // k
+    xs = x.reshape(k, b, x.shape[1], -1)  # (K, B, C, spatial)
+    weight = torch.ones(k, b, 1, 1, dtype=x.dtype, device=x.device) if rows is None else rows.to(x.dtype).view(k, b, 1, 1)
+    count = weight.sum((1, 3), keepdim=True) * xs.shape[3]  # (K, 1, 1, 1) values per channel
+    if bool((count == 1).any()):  # as F.batch_norm: one value per channel has no variance
+        raise ValueError("BatchNorm needs more than 1 value per channel when training; a client's batch has 1 row")
+    mean = (xs * weight).sum((1, 3), keepdim=True) / count
+    var = ((xs - mean).square() * weight).sum((1, 3), keepdim=True) / count
+    out = (xs - mean) / torch.sqrt(var + m.eps)
+    if "weight" in p:
+        out = out * p["weight"].view(k, 1, -1, 1) + p["bias"].view(k, 1, -1, 1)
+    if m.track_running_stats:
+        with torch.no_grad():
+            n = count.view(k, 1)
+            tracked = buffers["num_batches_tracked"]
+            tracked.add_(1)
+            factor = (1.0 / tracked.to(x.dtype)).view(k, 1) if m.momentum is None else m.momentum
+            unbiased = var.view(k, -1) * n / (n - 1).clamp(min=1)
+            buffers["running_mean"].mul_(1 - factor).add_(factor * mean.view(k, -1))
+            buffers["running_var"].mul_(1 - factor).add_(factor * unbiased)
+    return out.reshape(x.shape), x
+
+
+BUFFERED: dict[type, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    nn.BatchNorm1d: _batch_norm,
+    nn.BatchNorm2d: _batch_norm,
+}
+
+
 # Each kernel returns (output, saved): what per-example gradients of the layer need
 # (the input for Linear / Conv2d / GroupNorm, the normalised input for LayerNorm, the
 # offset indices for Embedding). See fedveil.training.private_stacked.
@@ -165,18 +207,26 @@ class LayerRecord:
 
 
 class _StackedInterpreter(fx.Interpreter):
-    def __init__(self, graph_module: fx.GraphModule, stacked: Stacked, k: int, record: list | None) -> None:
+    def __init__(self, graph_module: fx.GraphModule, stacked: Stacked, k: int, record: list | None,
+                 buffers: Stacked | None, rows: torch.Tensor | None) -> None:
         super().__init__(graph_module)
-        self.stacked, self.k, self.record = stacked, k, record
+        self.stacked, self.k, self.record, self.buffers, self.rows = stacked, k, record, buffers, rows
 
     def call_module(self, target: str, args, kwargs) -> Any:
         module = self.fetch_attr(target)
         own = dict(module.named_parameters(recurse=False))
-        if not own:
-            return super().call_module(target, args, kwargs)
         prefix = f"{target}." if target else ""
         params = {name: self.stacked[prefix + name] for name in own}
-        out, saved = BATCHED[type(module)](module, params, *args, self.k, **kwargs)
+        if type(module) in BUFFERED:
+            names = [name for name, _ in module.named_buffers(recurse=False)]
+            if names and self.buffers is None:
+                raise ValueError(f"layer '{target}' keeps running statistics: pass the stacked buffers")
+            buffers = {name: self.buffers[prefix + name] for name in names}
+            out, saved = BUFFERED[type(module)](module, params, buffers, *args, self.k, self.rows, **kwargs)
+        elif not own:
+            return super().call_module(target, args, kwargs)
+        else:
+            out, saved = BATCHED[type(module)](module, params, *args, self.k, **kwargs)
         if self.record is not None:
             self.record.append(LayerRecord(target, module, out, saved))
         return out
@@ -195,13 +245,15 @@ class StackedModel:
                     "stacked kernels keep one copy per layer"
                 )
             owners[id(param)] = name
+        kernels = (*BATCHED, *BUFFERED)
         for name, module in model.named_modules():
-            if any(True for _ in module.parameters(recurse=False)) and type(module) not in BATCHED:
+            stateful = any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
+            if stateful and type(module) not in kernels:
                 raise UnsupportedModelError(
                     f"layer '{name}' ({type(module).__name__}) has no stacked kernel "
-                    f"(supported: {', '.join(t.__name__ for t in BATCHED)})"
+                    f"(supported: {', '.join(t.__name__ for t in kernels)})"
                 )
-        leaves = tuple(BATCHED)
+        leaves = kernels
         try:
             graph_module = fx.GraphModule(model, _Tracer(leaves).trace(model))
         except Exception as err:  # noqa: BLE001 - any tracing failure means "cannot stack"
@@ -211,10 +263,13 @@ class StackedModel:
                 raise UnsupportedModelError(f"the model reads parameter '{node.target}' outside its layer")
         self.graph_module = graph_module
 
-    def __call__(self, stacked: Stacked, x: torch.Tensor, k: int, record: list | None = None) -> torch.Tensor:
-        """Outputs ``(K * B, ...)`` for the merged batch ``x`` of ``K * B`` rows; with
-        ``record`` (a list), appends a :class:`LayerRecord` per parametric layer call."""
-        return _StackedInterpreter(self.graph_module, stacked, k, record).run(x)
+    def __call__(self, stacked: Stacked, x: torch.Tensor, k: int, record: list | None = None,
+                 buffers: Stacked | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Outputs ``(K * B, ...)`` for the merged batch ``x`` of ``K * B`` rows (training mode);
+        with ``record`` (a list), appends a :class:`LayerRecord` per parametric layer call.
+        ``buffers`` (``{name: (K, *shape)}``) are the clients' BatchNorm statistics, updated in
+        place; ``rows (K, B)`` marks the real (non-padding) rows BatchNorm may average over."""
+        return _StackedInterpreter(self.graph_module, stacked, k, record, buffers, rows).run(x)
 
 
 class _Tracer(fx.Tracer):
@@ -230,4 +285,4 @@ def stack_params(param_sets: list[Params], names: list[str]) -> Stacked:
     return {n: torch.stack([p[n] for p in param_sets]) for n in names}
 
 
-__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "BATCHED"]
+__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "BATCHED", "BUFFERED"]

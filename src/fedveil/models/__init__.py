@@ -1,8 +1,9 @@
 """Model zoo: builders of ``nn.Module`` s that are pure functions of ``(params, x)``.
 
-Every model is used through ``torch.func.functional_call(model, params, (x,))`` and,
-where it can be, vmapped over a cohort's stacked parameters. So models keep no
-buffers, update nothing in place in ``forward``, and use no BatchNorm.
+Every model is used functionally, with its state (parameters and buffers, see
+:mod:`fedveil.models.functional`) passed in, and, where it can be, stacked over a
+cohort. Buffers (BatchNorm running statistics: resnet ``norm="batch"``) are part of
+that state, never kept in the shared module.
 
 ``build_model(name, input_shape, num_classes, **options)`` builds one;
 ``MODELS.entries()`` lists them. ``num_classes == 0`` means regression: one output,

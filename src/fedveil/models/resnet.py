@@ -1,10 +1,9 @@
-"""Small CIFAR ResNet (ResNet-20 style) with GroupNorm or no normalisation.
+"""Small CIFAR ResNet (ResNet-20 style) with GroupNorm, BatchNorm or no normalisation.
 
-BatchNorm is intentionally not offered yet: it mixes the examples of a batch, so one
-example's gradient depends on the others and per-example DP-SGD clipping no longer
-bounds its influence; and its running statistics are buffers updated in place in
-``forward``, which breaks the pure ``(params, x)`` contract and would need per-client
-state when a cohort is vmapped. GroupNorm normalises each example on its own.
+GroupNorm (the default) normalises each example on its own, so it works with per-example
+DP-SGD. BatchNorm mixes the examples of a batch (one example's gradient depends on the
+others, so DP-SGD refuses it) and keeps running statistics, which live in the model
+state next to the parameters (per client when a cohort is stacked).
 """
 from __future__ import annotations
 
@@ -13,12 +12,14 @@ from torch import nn
 
 from .zoo import MODELS, image_input, num_outputs, scaled
 
-NORMS = ("group", "none")
+NORMS = ("group", "batch", "none")
 
 
 def make_norm(norm: str, channels: int, groups: int) -> nn.Module:
-    """GroupNorm(groups, channels) for ``norm="group"``, identity for ``"none"``."""
-    return nn.GroupNorm(groups, channels) if norm == "group" else nn.Identity()
+    """GroupNorm(groups, channels) for ``norm="group"``, BatchNorm2d for ``"batch"``, identity for ``"none"``."""
+    if norm == "group":
+        return nn.GroupNorm(groups, channels)
+    return nn.BatchNorm2d(channels) if norm == "batch" else nn.Identity()
 
 
 def conv(c_in: int, c_out: int, kernel_size: int, stride: int, norm: str) -> nn.Conv2d:
@@ -87,16 +88,13 @@ def resnet(
     16, 32, 64 times ``width``.
 
     ``norm`` is ``"group"`` (GroupNorm with ``groups`` groups, which must divide every
-    stage width) or ``"none"``; BatchNorm is not offered (see the module docstring).
+    stage width), ``"batch"`` (BatchNorm; not with example-level DP) or ``"none"``.
     """
     to_image, (c, _, _) = image_input(input_shape, "resnet")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an int >= 1 (blocks per stage), got {depth!r}")
     if norm not in NORMS:
-        raise ValueError(
-            f"norm must be one of {NORMS}, got {norm!r}; BatchNorm is not offered "
-            "(it breaks per-example DP and would need per-client buffers)"
-        )
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
     widths = (scaled(16, width), scaled(32, width), scaled(64, width))
     if norm == "group":
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from scipy import stats
 from torch import nn
 
-from .accounting import epsilon as accounted_epsilon_of
+from .composition import epsilon as accounted_epsilon_of
 from .dp_sgd import poisson_batches, private_gradient
 
 TrainFn = Callable[[bool, int], float]  # (include_canary, seed) -> score

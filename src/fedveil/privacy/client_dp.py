@@ -89,7 +89,10 @@ class ClientLevelDP:
             for k in total:
                 total[k] += clipped[k]
         std = z_update * self.clip
-        noisy = {k: (v + std * standard_normal(v.shape, generator, v.dtype)) / self.expected_cohort for k, v in total.items()}
+        noisy = {
+            k: (v + std * standard_normal(v.shape, generator, v.dtype, device=v.device)) / self.expected_cohort
+            for k, v in total.items()
+        }
         facts: dict = {"clip": self.clip, "noise_multiplier": z_update}
         if self.adaptive:
             shifted_count = unclipped - 0.5 * len(updates)

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.utils._pytree import tree_map
 
 from ..params import Params
 from .randomness import SECURE, RandomSource, permutation, standard_normal, uniform
@@ -62,7 +63,8 @@ def per_example_grads(
     """Per-example gradients ``{name: (B, *shape)}`` and per-example losses ``(B,)``.
 
     ``loss_fn(out, y)`` is the batch-mean loss of the local trainer, applied to one example
-    at a time. ``extra_grad(params)`` is the gradient of an example-independent term of the
+    at a time; ``y`` may be any structure of per-row tensors with an ``unsqueeze`` method
+    (a tensor, or a training :class:`~fedveil.training.request.Batch` with group labels). ``extra_grad(params)`` is the gradient of an example-independent term of the
     per-example objective (e.g. MR-MTL's ``λ(w - w̄)`` of ``λ/2 ||w - w̄||²``), a dict over
     some or all parameter names; it is added to every per-example gradient, so it is clipped together with the data gradient
     (spec 002 §1.2 note). Buffers of ``model`` are passed through unchanged. ``B`` must be > 0.
@@ -80,7 +82,7 @@ def per_example_grads(
     if any(isinstance(m, nn.RNNBase) for m in model.modules()):
         # torch.func runs aten::lstm/gru/rnn through a slow fallback (measured 5-40x slower than
         # plain autograd on CPU, torch 2.13), so recurrent models loop over the examples.
-        each = [_autograd_grad_and_value(example_loss, params, xi, yi) for xi, yi in zip(x, y)]
+        each = [_autograd_grad_and_value(example_loss, params, x[i], tree_map(lambda t: t[i], y)) for i in range(len(x))]
         grads = {k: torch.stack([g[k] for g, _ in each]) for k in params}
         losses = torch.stack([loss for _, loss in each])
     else:
@@ -129,7 +131,7 @@ def add_gaussian_noise(summed: Params, clip: float, noise_multiplier: float, gen
     if clip <= 0 or noise_multiplier < 0:
         raise ValueError(f"need clip > 0 and noise_multiplier >= 0, got {clip} and {noise_multiplier}")
     std = clip * noise_multiplier
-    return {k: v + std * standard_normal(v.shape, generator, v.dtype).to(v.device) for k, v in summed.items()}
+    return {k: v + std * standard_normal(v.shape, generator, v.dtype, device=v.device) for k, v in summed.items()}
 
 
 @dataclass(frozen=True)
@@ -156,11 +158,15 @@ def private_gradient(
     denominator: float,
     generator: RandomSource,
     extra_grad: ExtraGrad | None = None,
+    private_rows: int | None = None,
 ) -> PrivateGradient:
     """One privatised gradient (spec 002 §1.2): clip, sum, add ``C z N(0, I)``, divide.
 
     ``denominator``: the fixed batch size for :func:`shuffled_batches`, ``q * n`` for
-    :func:`poisson_batches`. An empty batch gives ``noise / denominator``.
+    :func:`poisson_batches` (plus the public rows of a mixed batch). An empty batch gives
+    ``noise / denominator``. With ``private_rows``, only the first ``private_rows`` rows
+    are private and clipped; the others are public and enter the sum unclipped (their
+    influence needs no bound), so the noise still covers exactly the private rows.
     """
     if denominator <= 0:
         raise ValueError(f"denominator must be > 0, got {denominator}")
@@ -170,33 +176,42 @@ def private_gradient(
     else:
         grads, losses = per_example_grads(model, params, x, y, loss_fn, extra_grad)
         factors, _ = clip_factors(grads, clip)
+        if private_rows is not None:
+            factors[private_rows:] = 1.0
         summed = {k: torch.tensordot(factors, g, dims=1) for k, g in grads.items()}
         loss_sum = float(losses.sum())
     noisy = add_gaussian_noise(summed, clip, noise_multiplier, generator)
     return PrivateGradient({k: v / denominator for k, v in noisy.items()}, loss_sum, len(x))
 
 
-def poisson_batches(n: int, sample_rate: float, steps: int, generator: RandomSource) -> Iterator[torch.Tensor]:
+def poisson_batches(
+    n: int, sample_rate: float, steps: int, generator: RandomSource, device: torch.device | str | None = None
+) -> Iterator[torch.Tensor]:
     """``steps`` batches of row indices, each row included independently with probability
-    ``sample_rate`` (the sampled Gaussian mechanism's sampling); batches may be empty."""
+    ``sample_rate`` (the sampled Gaussian mechanism's sampling); batches may be empty.
+    Drawn where ``generator`` lives, the indices are moved to ``device`` (that of the rows)."""
     _check_steps(n, steps)
     if not 0 < sample_rate <= 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
     for _ in range(steps):
-        yield torch.nonzero(uniform(n, generator) < sample_rate).flatten()
+        rows = torch.nonzero(uniform(n, generator) < sample_rate).flatten()
+        yield rows if device is None else rows.to(device)
 
 
-def shuffled_batches(n: int, batch_size: int, steps: int, generator: RandomSource) -> Iterator[torch.Tensor]:
+def shuffled_batches(
+    n: int, batch_size: int, steps: int, generator: RandomSource, device: torch.device | str | None = None
+) -> Iterator[torch.Tensor]:
     """``steps`` batches of exactly ``batch_size`` row indices: shuffle every epoch, take
     consecutive batches and drop the last partial one ([C1] ``epoch_generator``, spec 002
     §1.2), so an epoch has ``n // batch_size`` steps and the denominator is always ``batch_size``.
-    Pass ``batch_size = min(B, n)`` for the spec's ``B_k``."""
+    Pass ``batch_size = min(B, n)`` for the spec's ``B_k``. Drawn where ``generator`` lives,
+    each permutation is moved to ``device`` (that of the rows) once per epoch."""
     _check_steps(n, steps)
     if not 0 < batch_size <= n:
         raise ValueError(f"batch_size must be in [1, n={n}], got {batch_size}; use min(batch_size, n)")
     remaining = steps
     while remaining > 0:
-        order = permutation(n, generator)
+        order = permutation(n, generator, device)
         for start in range(0, n - batch_size + 1, batch_size):
             yield order[start : start + batch_size]
             remaining -= 1
@@ -218,8 +233,9 @@ class ExampleDP:
     ``batch_size`` is ``B_k = min(B, n_k)``: the expected batch size of Poisson batches
     (rate ``B_k / n_k``) or the fixed size of shuffled batches, and the denominator of
     the privatised gradient either way. Every ``train`` call opens a training
-    (:meth:`begin_training`) and counts its steps in it, so that the runtime records each
-    training as its own release (a shuffled training draws its own permutations).
+    (:meth:`begin_training`) and counts its steps in it; once ``client_update`` returns,
+    the executor copies :attr:`trainings` into ``ClientResult.dp_trainings`` and the runtime
+    records each training as its own release (a shuffled training draws its own permutations).
     ``secure``: draw batches and noise from :data:`~fedveil.privacy.randomness.SECURE`
     instead of the client's seeded generator.
     """
@@ -245,8 +261,11 @@ class ExampleDP:
         """Where this client's private batches and noise come from."""
         return SECURE if self.secure else generator
 
-    def batches(self, num_rows: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    def batches(
+        self, num_rows: int, steps: int, generator: torch.Generator, device: torch.device | str | None = None
+    ) -> Iterator[torch.Tensor]:
+        """Row indices of each private step, on ``device`` (that of the rows; default the CPU)."""
         source = self.source(generator)
         if self.sampling == "poisson":
-            return poisson_batches(num_rows, self.batch_size / num_rows, steps, source)
-        return shuffled_batches(num_rows, self.batch_size, steps, source)
+            return poisson_batches(num_rows, self.batch_size / num_rows, steps, source, device)
+        return shuffled_batches(num_rows, self.batch_size, steps, source, device)

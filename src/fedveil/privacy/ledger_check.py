@@ -25,7 +25,8 @@ from collections import defaultdict
 
 from dp_accounting import dp_event
 
-from .accounting import PrivacyLedger, Release, Subject
+from .events import Release
+from .ledger import PrivacyLedger, Subject
 
 RELATIVE_TOLERANCE = 1e-6  # accounted and planned epsilon may differ by this relative amount
 _MATCH_TOLERANCE = 1e-9  # noise multipliers / rates within this relative distance count as equal

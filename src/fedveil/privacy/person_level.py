@@ -24,7 +24,8 @@ import dataclasses
 
 from dp_accounting import dp_event
 
-from .accounting import PrivacyLedger, Release, Subject
+from .events import Release
+from .ledger import PrivacyLedger, Subject
 
 
 def person_event(event: dp_event.DpEvent, k: int) -> dp_event.DpEvent:

@@ -16,7 +16,9 @@ Secure draws are several times slower than torch's generator (measured in docs/p
 
 Every DP mechanism of fedveil draws through :func:`standard_normal`,
 :func:`fill_standard_normal_`, :func:`uniform` and :func:`permutation`, which accept
-either source.
+either source. Draws are made where the source lives (the CPU for a seeded CPU generator
+and for :data:`SECURE`) and then moved to the device of the tensor they are for, so a run's
+noise is the same numbers on the CPU and on a GPU.
 """
 from __future__ import annotations
 
@@ -62,30 +64,46 @@ SECURE = SecureRandom()
 RandomSource = Union[torch.Generator, SecureRandom]
 
 
-def standard_normal(shape: tuple[int, ...] | torch.Size, source: RandomSource, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A tensor of standard normals of ``shape`` drawn from ``source``."""
+def _on(tensor: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
+    return tensor if device is None else tensor.to(device)
+
+
+def standard_normal(
+    shape: tuple[int, ...] | torch.Size, source: RandomSource, dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """A tensor of standard normals of ``shape`` drawn from ``source``, on ``device`` (default:
+    the generator's device, the CPU for :data:`SECURE`). The draws do not depend on
+    ``device``: they are made where ``source`` lives and moved, so a CPU generator gives the
+    same numbers for a CPU and a CUDA tensor."""
     if isinstance(source, SecureRandom):
-        return source.standard_normal(math.prod(shape)).to(dtype).view(shape)
-    return torch.randn(shape, generator=source, dtype=dtype, device=source.device)
+        return _on(source.standard_normal(math.prod(shape)).to(dtype).view(shape), device)
+    return _on(torch.randn(shape, generator=source, dtype=dtype, device=source.device), device)
 
 
 def fill_standard_normal_(tensor: torch.Tensor, source: RandomSource) -> torch.Tensor:
-    """Fill ``tensor`` in place with standard normals from ``source`` (same draws as
-    :func:`standard_normal` of its shape)."""
+    """Fill ``tensor`` (on any device) in place with standard normals from ``source``: the
+    same draws as :func:`standard_normal` of its shape, made where ``source`` lives."""
     if isinstance(source, SecureRandom):
         return tensor.copy_(source.standard_normal(tensor.numel()).view(tensor.shape))
+    if tensor.device != source.device:
+        return tensor.copy_(torch.empty(tensor.shape, dtype=tensor.dtype, device=source.device).normal_(generator=source))
     return tensor.normal_(generator=source)
 
 
-def uniform(n: int, source: RandomSource, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``n`` uniforms in [0, 1) of ``dtype`` (``torch.rand`` for a generator)."""
+def uniform(
+    n: int, source: RandomSource, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``n`` uniforms in [0, 1) of ``dtype`` (``torch.rand`` for a generator), drawn where
+    ``source`` lives and moved to ``device`` (default: left there)."""
     if isinstance(source, SecureRandom):
-        return source.uniform(n).to(dtype)
-    return torch.rand(n, generator=source, dtype=dtype)
+        return _on(source.uniform(n).to(dtype), device)
+    return _on(torch.rand(n, generator=source, dtype=dtype, device=source.device), device)
 
 
-def permutation(n: int, source: RandomSource) -> torch.Tensor:
-    """A random permutation of ``range(n)`` (``torch.randperm`` for a generator)."""
+def permutation(n: int, source: RandomSource, device: torch.device | str | None = None) -> torch.Tensor:
+    """A random permutation of ``range(n)`` (``torch.randperm`` for a generator), drawn where
+    ``source`` lives and moved to ``device`` (default: left there)."""
     if isinstance(source, SecureRandom):
-        return source.permutation(n)
-    return torch.randperm(n, generator=source)
+        return _on(source.permutation(n), device)
+    return _on(torch.randperm(n, generator=source, device=source.device), device)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..errors import format_validation_error
 from ..registry import Registry
+from . import checks
 
 # Budget comparisons allow this relative slack: a schedule normalised to spend exactly R
 # sums to R only up to float rounding, and its last step must still fit.
@@ -38,43 +39,18 @@ _BUDGET_RTOL = 1e-9
 # Closed forms and optimal allocations (§1.4, §1.5)
 
 
-def _check_positive(name: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value}")
-
-
-def _check_steps(T: int) -> None:
-    if int(T) != T or T < 1:
-        raise ValueError(f"T (number of steps) must be a positive integer, got {T}")
-
-
-def _check_open_unit(name: str, value: float) -> None:
-    if not 0 < value < 1:
-        raise ValueError(f"{name} must lie in (0, 1), got {value}")
-
-
-def _rate(kappa: float) -> float:
-    """gamma = 1 - 1/kappa (Eq. 2.6), kappa = M/mu >= 1 (Eq. 2.5)."""
-    if not (math.isfinite(kappa) and kappa >= 1):
-        raise ValueError(f"kappa (condition number M/mu) must be >= 1, got {kappa}")
-    return 1.0 - 1.0 / kappa
-
-
 def optimal_sigmas(influence: np.ndarray, R: float) -> np.ndarray:
     """Lemma 1 / Eq. 2.10: ``sigma_t^2 = (1/R) sum_i sqrt(q_i/q_t)`` minimises
     ``sum_t q_t sigma_t^2`` subject to ``sum_t 1/sigma_t^2 = R`` (budget share ~ sqrt(q_t))."""
-    _check_positive("R", R)
-    q = np.asarray(influence, dtype=np.float64)
-    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
-        raise ValueError("influence must be a non-empty 1-d array of positive finite numbers")
-    s = np.sqrt(q)
+    checks.positive("R", R)
+    s = np.sqrt(checks.positive_vector("influence", influence))
     return np.sqrt(s.sum() / (R * s))
 
 
 def uniform_sigmas(R: float, T: int) -> np.ndarray:
     """Thm 3: ``sigma_t^2 = T/R`` for t = 1..T."""
-    _check_positive("R", R)
-    _check_steps(T)
+    checks.positive("R", R)
+    checks.integer("T (number of steps)", T, minimum=1)
     return np.full(int(T), math.sqrt(T / R))
 
 
@@ -82,9 +58,9 @@ def gd_dynamic_sigmas(R: float, T: int, gamma: float) -> np.ndarray:
     """Thm 4 / Eq. 2.11, corrected (spec §1.4): the GD-optimal schedule
     ``sigma_t^2 = ((1/gamma)^{T/2} - 1) gamma^{t/2} / ((1 - sqrt(gamma)) R)``,
     i.e. Lemma 1 with influence ``q_t = gamma^{T-t}``; sigma_t = sigma_1 gamma^{(t-1)/4}."""
-    _check_positive("R", R)
-    _check_steps(T)
-    _check_open_unit("gamma", gamma)
+    checks.positive("R", R)
+    checks.integer("T (number of steps)", T, minimum=1)
+    checks.fraction("gamma", gamma)
     t = np.arange(1, int(T) + 1, dtype=np.float64)
     # ((1/g)^{T/2} - 1) g^{t/2} written as g^{(t-T)/2} (1 - g^{T/2}) to avoid overflow
     var = gamma ** ((t - T) / 2) * (1 - gamma ** (T / 2)) / ((1 - math.sqrt(gamma)) * R)
@@ -94,10 +70,9 @@ def gd_dynamic_sigmas(R: float, T: int, gamma: float) -> np.ndarray:
 def momentum_influence(T: int, beta: float, gamma: float) -> np.ndarray:
     """Influence of sigma_i^2 in U_3 of Thm 5 / Eq. 2.14 (spec §1.5):
     ``q_i = sum_{t=i..T} gamma^{T-t} ((1-beta)/(1-beta^t))^2 beta^{2(t-i)}``, i = 1..T."""
-    _check_steps(T)
-    _check_open_unit("gamma", gamma)
-    if not 0 <= beta < 1:
-        raise ValueError(f"beta (momentum) must lie in [0, 1), got {beta}")
+    checks.integer("T (number of steps)", T, minimum=1)
+    checks.fraction("gamma", gamma)
+    checks.fraction("beta (momentum)", beta, zero=True)
     t = np.arange(1, int(T) + 1, dtype=np.float64)
     w = gamma ** (T - t) * ((1 - beta) / (1 - beta**t)) ** 2
     q = np.empty_like(w)
@@ -111,60 +86,6 @@ def momentum_influence(T: int, beta: float, gamma: float) -> np.ndarray:
 def momentum_dynamic_sigmas(R: float, T: int, beta: float, gamma: float) -> np.ndarray:
     """Thm 7: Lemma 1 applied to the momentum influence q_i^mom (beta = 0 gives Thm 4)."""
     return optimal_sigmas(momentum_influence(T, beta, gamma), R)
-
-
-def erub_uniform(T: int | np.ndarray, alpha: float, kappa: float) -> np.ndarray | float:
-    """Eq. 2.9: ``ERUB(T) = gamma^T + alpha kappa (1 - gamma^T) T`` under sigma_t^2 = T/R."""
-    _check_positive("alpha", alpha)
-    g, T = _rate(kappa), np.asarray(T, dtype=np.float64)
-    return g**T + alpha * kappa * (1 - g**T) * T
-
-
-def erub_dynamic(T: int | np.ndarray, alpha: float, kappa: float) -> np.ndarray | float:
-    """ERUB under the dynamic schedule (spec §1.4): ``gamma^T + alpha ((1 - gamma^{T/2})/(1 - sqrt(gamma)))^2``."""
-    _check_positive("alpha", alpha)
-    g, T = _rate(kappa), np.asarray(T, dtype=np.float64)
-    return g**T + alpha * ((1 - g ** (T / 2)) / (1 - math.sqrt(g))) ** 2
-
-
-def _argmin_T(erub: Callable[[np.ndarray, float, float], np.ndarray], alpha: float, kappa: float) -> tuple[int, float]:
-    """Integer argmin of a unimodal ERUB(T): widen the search range until the minimum is interior."""
-    hi = 1024
-    while True:
-        values = erub(np.arange(1, hi + 1), alpha, kappa)
-        best = int(np.argmin(values))
-        if best + 1 < hi // 2:
-            return best + 1, float(values[best])
-        if hi >= 1 << 26:
-            raise ValueError(f"no minimum of ERUB(T) below T = {hi} for alpha={alpha}, kappa={kappa}")
-        hi *= 4
-
-
-def best_T_uniform(alpha: float, kappa: float) -> tuple[int, float]:
-    """(T, ERUB) minimising Eq. 2.9 over integer T (the closed-form T is order-level only)."""
-    return _argmin_T(erub_uniform, alpha, kappa)
-
-
-def best_T_dynamic(alpha: float, kappa: float) -> tuple[int, float]:
-    """(T, ERUB) minimising the dynamic-schedule ERUB over integer T."""
-    return _argmin_T(erub_dynamic, alpha, kappa)
-
-
-def closed_form_T_uniform(alpha: float, kappa: float) -> int:
-    """Thm 3: ``T = ceil(ln(1 + ln(1/gamma)/alpha) / ln(1/gamma))`` (order-level)."""
-    _check_positive("alpha", alpha)
-    g = _rate(kappa)
-    if g == 0:
-        raise ValueError("closed_form_T_uniform needs kappa > 1 (gamma = 0 makes ln(1/gamma) infinite)")
-    lg = math.log(1 / g)
-    return math.ceil(math.log1p(lg / alpha) / lg)
-
-
-def closed_form_T_dynamic(alpha: float, kappa: float) -> int:
-    """Thm 4: ``T = ceil(2 kappa ln(1 + 1/(kappa alpha)))`` (order-level)."""
-    _check_positive("alpha", alpha)
-    _rate(kappa)
-    return math.ceil(2 * kappa * math.log1p(1 / (kappa * alpha)))
 
 
 # --------------------------------------------------------------------------------------
@@ -197,10 +118,8 @@ def poly_decay(
 def normalise_to_budget(shape: np.ndarray, R: float) -> np.ndarray:
     """Scale a positive shape s_t to ``sigma_t = c s_t`` with ``sum_t 1/sigma_t^2 = R`` exactly
     (``c^2 = (sum_t 1/s_t^2)/R``, spec §1.8 mode (i))."""
-    _check_positive("R", R)
-    s = np.asarray(shape, dtype=np.float64)
-    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError("shape must be a non-empty 1-d array of positive finite numbers")
+    checks.positive("R", R)
+    s = checks.positive_vector("shape", shape)
     return s * math.sqrt((1 / s**2).sum() / R)
 
 
@@ -211,10 +130,9 @@ def psgd_budget(R: float, sampling_rate: float, c: float = 1.0) -> float:
     This is the dissertation's book-keeping for batches drawn with replacement at rate
     ``p = n/N`` (Yu et al.'s constant c omitted, i.e. c = 1; the reference code calibrates
     c = 2 for Poisson batches); it is not a tight subsampled-Gaussian accountant."""
-    _check_positive("R", R)
-    _check_positive("c", c)
-    if not 0 < sampling_rate <= 1:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate}")
+    checks.positive("R", R)
+    checks.positive("c", c)
+    checks.fraction("sampling_rate", sampling_rate, one=True)
     return R / (c * sampling_rate**2)
 
 
@@ -243,11 +161,8 @@ class PredefinedSchedule:
     steps_per_epoch: int = 1
 
     def __post_init__(self) -> None:
-        s = np.asarray(self.sigmas, dtype=np.float64)
-        if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
-            raise ValueError("sigmas must be a non-empty list of non-negative finite numbers")
-        if self.steps_per_epoch < 1:
-            raise ValueError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
+        s = checks.positive_vector("sigmas", self.sigmas, allow_zero=True)
+        checks.integer("steps_per_epoch", self.steps_per_epoch, minimum=1)
         object.__setattr__(self, "sigmas", tuple(float(v) for v in s))
 
     @property
@@ -294,9 +209,8 @@ class ValidationPlateauSchedule:
     accuracies: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        _check_positive("sigma0", self.sigma0)
-        if not 0 < self.k <= 1:
-            raise ValueError(f"k (sigma multiplier on a plateau) must lie in (0, 1], got {self.k}")
+        checks.positive("sigma0", self.sigma0)
+        checks.fraction("k (sigma multiplier on a plateau)", self.k, one=True)
         if not 1 <= self.m <= self.period:
             raise ValueError(f"need 1 <= m <= period, got m={self.m}, period={self.period}")
         self.current = self.sigma0
@@ -334,16 +248,15 @@ class BudgetTracker:
 
     def __post_init__(self) -> None:
         if self.budget is not None:
-            _check_positive("budget", self.budget)
-        _check_positive("cost_scale", self.cost_scale)
+            checks.positive("budget", self.budget)
+        checks.positive("cost_scale", self.cost_scale)
 
     @property
     def residual(self) -> float:
         return math.inf if self.budget is None else self.budget - self.spent
 
     def cost(self, sigma: float) -> float:
-        if sigma < 0:
-            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        checks.positive("sigma", sigma, allow_zero=True, allow_inf=True)
         return math.inf if sigma == 0 else self.cost_scale / sigma**2
 
     def can_afford(self, sigma: float) -> bool:
@@ -556,7 +469,7 @@ def round_shape(name: str, rounds: int, **options: float | int | list[float]) ->
     ``R`` and ``T`` are set by the run; the decay families use their normalised form.
     ``"constant"`` is the uniform schedule.
     """
-    _check_steps(rounds)
+    checks.integer("rounds", rounds, minimum=1)
     given = sorted(set(options) & set(_RUN_SETS))
     if given:
         raise ValueError(f"noise schedule '{name}': the run sets R and T (budget and rounds); drop {', '.join(given)}")
@@ -584,11 +497,8 @@ def quantise_shape(shape: np.ndarray, levels: int = 8) -> np.ndarray:
     min and max (nearest in log scale); a shape with at most ``levels`` distinct values is
     returned as it is. An accountant pays per distinct noise multiplier, so this bounds
     the cost of calibrating and recording a long schedule."""
-    s = np.asarray(shape, dtype=np.float64)
-    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError("shape must be a non-empty 1-d array of positive finite numbers")
-    if levels < 1:
-        raise ValueError(f"levels must be >= 1, got {levels}")
+    s = checks.positive_vector("shape", shape)
+    checks.integer("levels", levels, minimum=1)
     if len(np.unique(s)) <= levels:
         return s.copy()
     lo, hi = math.log(s.min()), math.log(s.max())

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+from . import checks
+
 __all__ = [
     "rho_from_epsilon_delta",
     "epsilon_from_rho",
@@ -31,20 +33,6 @@ __all__ = [
 ]
 
 
-def _check_delta(delta: float) -> float:
-    delta = float(delta)
-    if not (0.0 < delta < 1.0) or math.isnan(delta):
-        raise ValueError(f"delta must lie in (0, 1); got {delta!r}.")
-    return delta
-
-
-def _check_nonneg(name: str, value: float) -> float:
-    value = float(value)
-    if math.isnan(value) or value < 0.0:
-        raise ValueError(f"{name} must be a non-negative number; got {value!r}.")
-    return value
-
-
 def rho_from_epsilon_delta(epsilon: float, delta: float) -> float:
     """Largest rho such that rho-zCDP implies (epsilon, delta)-DP via Lemma 4.
 
@@ -53,28 +41,26 @@ def rho_from_epsilon_delta(epsilon: float, delta: float) -> float:
     cancellation-free form ``eps^2 / (sqrt(eps + L) + sqrt(L))^2`` with
     ``L = ln(1/delta)``.
     """
-    epsilon = _check_nonneg("epsilon", epsilon)
-    if math.isinf(epsilon):
-        raise ValueError("epsilon must be finite.")
-    log_inv_delta = -math.log(_check_delta(delta))
+    epsilon = checks.positive("epsilon", epsilon, allow_zero=True)
+    log_inv_delta = -math.log(checks.fraction("delta", delta))
     return epsilon**2 / (math.sqrt(epsilon + log_inv_delta) + math.sqrt(log_inv_delta)) ** 2
 
 
 def epsilon_from_rho(rho: float, delta: float) -> float:
     """Lemma 4: rho-zCDP implies ``(rho + 2 sqrt(rho ln(1/delta)), delta)``-DP."""
-    rho = _check_nonneg("rho", rho)
-    log_inv_delta = -math.log(_check_delta(delta))
+    rho = checks.positive("rho", rho, allow_zero=True, allow_inf=True)
+    log_inv_delta = -math.log(checks.fraction("delta", delta))
     return rho + 2.0 * math.sqrt(rho * log_inv_delta)
 
 
 def budget_from_rho(rho: float) -> float:
     """Dissertation budget ``R = 2 rho`` (constraint ``sum_t 1/sigma_t^2 <= R``, Thm 1)."""
-    return 2.0 * _check_nonneg("rho", rho)
+    return 2.0 * checks.positive("rho", rho, allow_zero=True, allow_inf=True)
 
 
 def rho_from_budget(budget: float) -> float:
     """Inverse of :func:`budget_from_rho`: ``rho = R / 2``."""
-    return 0.5 * _check_nonneg("budget R", budget)
+    return 0.5 * checks.positive("budget R", budget, allow_zero=True, allow_inf=True)
 
 
 def budget_from_epsilon_delta(epsilon: float, delta: float) -> float:
@@ -89,7 +75,5 @@ def epsilon_from_budget(budget: float, delta: float) -> float:
 
 def gaussian_rho(noise_multiplier: float) -> float:
     """Lemma 3: Gaussian mechanism with noise multiplier sigma is 1/(2 sigma^2)-zCDP."""
-    sigma = float(noise_multiplier)
-    if not sigma > 0.0 or math.isinf(sigma):
-        raise ValueError(f"noise_multiplier must be a positive finite number; got {noise_multiplier!r}.")
+    sigma = checks.positive("noise_multiplier", noise_multiplier)
     return 1.0 / (2.0 * sigma**2)

@@ -39,11 +39,12 @@ from ..config import RunConfig
 from ..data.arrays import ArrayDataset
 from ..engine import StackedModel, UnsupportedModelError
 from ..params import Params
-from ..privacy.accounting import PrivacyLedger
+from ..privacy.ledger import PrivacyLedger
 from ..privacy.audit import AuditResult, epsilon_lower_bound
 from ..privacy.dp_sgd import ExampleDP, per_example_grads, poisson_batches
 from ..seeding import torch_generator
-from ..training.cohort import TrainRequest, train_stacked
+from ..training.cohort import train_stacked
+from ..training.request import TrainRequest
 from .privacy_plan import POPULATION
 from ..training.private_stacked import check_private_stacking
 from .simulation import Simulation
@@ -66,8 +67,8 @@ def noise_off() -> Iterator[None]:
     ``standard_normal`` and the stacked trainer's ``fill_standard_normal_``.
     """
 
-    def zeros(shape, source, dtype=torch.float32):
-        return torch.zeros(shape, dtype=dtype)
+    def zeros(shape, source, dtype=torch.float32, device=None):
+        return torch.zeros(shape, dtype=dtype, device=device)
 
     def zero_fill(tensor, source):
         return tensor.zero_()
@@ -212,10 +213,10 @@ class SiloRateDP(ExampleDP):
 
     rate: float = 1.0
 
-    def batches(self, num_rows: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    def batches(self, num_rows: int, steps: int, generator: torch.Generator, device=None) -> Iterator[torch.Tensor]:
         if self.sampling == "poisson":
-            return poisson_batches(num_rows, self.rate, steps, self.source(generator))
-        return super().batches(num_rows, steps, generator)
+            return poisson_batches(num_rows, self.rate, steps, self.source(generator), device)
+        return super().batches(num_rows, steps, generator, device)
 
 
 def canary_input(x: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, str]:
@@ -365,7 +366,7 @@ class SiloCanaryGame:
         bookkeeping (every trial runs the same steps at the same noise)."""
         fresh = replace(self.privacy, ledger=PrivacyLedger(self.privacy.config.accountant))
         for dp in self.ran:
-            fresh.record_client(self.cid, self.plan.num_train, dp)
+            fresh.record_client(self.cid, self.plan.num_train, dp, dp.trainings)
         return fresh.ledger.epsilon(self.cid, self.privacy.config.delta)
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from ..algorithms.base import State
+from .device import to_cpu
 from .run_dir import RunDirError, atomic_write
 
 BACKENDS = ("memory", "disk")
@@ -117,10 +118,12 @@ class MemoryClientStore(ClientStateStore):
 
 
 class DiskClientStore(ClientStateStore):
-    """One file per client version under ``directory``; the checkpoint holds ``{cid: round}``."""
+    """One file per client version under ``directory``; the checkpoint holds ``{cid: round}``.
+    Files hold CPU tensors; :meth:`get` loads them onto ``device`` (the run's)."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, device: torch.device | str = "cpu") -> None:
         self.directory = Path(directory)
+        self.device = torch.device(device)
         self._latest: dict[int, int] = {}  # cid -> round of its newest version on disk
         self._checkpoint_round = 0  # round of the last saved checkpoint
         self._superseded: list[Path] = []  # versions only the last checkpoint still needs
@@ -132,11 +135,11 @@ class DiskClientStore(ClientStateStore):
         round_done = self._latest.get(cid)
         if round_done is None:
             return None
-        return torch.load(self.path(cid, round_done), weights_only=True)
+        return torch.load(self.path(cid, round_done), weights_only=True, map_location=self.device)
 
     def put(self, cid: int, state: State, round_done: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        compacted = compact(state)
+        compacted = compact(to_cpu(state))
         atomic_write(self.path(cid, round_done), lambda handle: torch.save(compacted, handle))
         previous = self._latest.get(cid)
         self._latest[cid] = round_done
@@ -190,10 +193,11 @@ class DiskClientStore(ClientStateStore):
         return out
 
 
-def make_client_store(backend: str, directory: str | os.PathLike) -> ClientStateStore:
-    """The store ``federation.client_state`` names; ``directory`` is used by ``disk`` only."""
+def make_client_store(backend: str, directory: str | os.PathLike, device: torch.device | str = "cpu") -> ClientStateStore:
+    """The store ``federation.client_state`` names; ``directory`` and ``device`` (where loaded
+    states go) are used by ``disk`` only: in memory, states stay where the run put them."""
     if backend == "memory":
         return MemoryClientStore()
     if backend == "disk":
-        return DiskClientStore(directory)
+        return DiskClientStore(directory, device)
     raise ValueError(f"unknown client state backend '{backend}'; choose one of {', '.join(BACKENDS)}")

@@ -3,13 +3,17 @@
 ``ray`` shards the cohort over Ray workers (:mod:`fedveil.runtime.ray_executor`)."""
 from __future__ import annotations
 
+import torch
+
 from .serial import SerialExecutor
 
 EXECUTORS = ("serial", "vectorized", "ray")
 
 
-def make_executor(name: str, ray_config=None):
-    """The executor called ``name``; ``ray_config`` (a :class:`fedveil.config.RayConfig`) for Ray."""
+def make_executor(name: str, ray_config=None, device: torch.device | str = "cpu"):
+    """The executor called ``name``; ``ray_config`` (a :class:`fedveil.config.RayConfig`) for Ray.
+    ``device`` is the run's: serial and vectorized compute wherever the states and data are;
+    Ray ships CPU copies and needs to know where its workers should compute."""
     if name == "serial":
         return SerialExecutor()
     if name == "vectorized":
@@ -20,6 +24,6 @@ def make_executor(name: str, ray_config=None):
         from .ray_executor import RayExecutor
 
         if ray_config is None:
-            return RayExecutor()
-        return RayExecutor(ray_config.address, ray_config.workers, ray_config.inner)
+            return RayExecutor(device=device)
+        return RayExecutor(ray_config.address, ray_config.workers, ray_config.inner, device=device)
     raise ValueError(f"unknown executor '{name}'; available: {', '.join(EXECUTORS)}")

@@ -1,4 +1,5 @@
-"""PNG plots of a run: learning curves and the per-client score distribution."""
+"""PNG plots of a run: learning curves (with the configured extra metrics) and the per-client
+score distribution."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,13 +10,36 @@ from matplotlib.figure import Figure
 
 LEARNING_CURVES_FILE = "learning_curves.png"
 CLIENT_HISTOGRAM_FILE = "client_scores.png"
+MAX_EXTRA_CURVES = 12
+
+
+def extra_metric_curves(rows: list[dict[str, Any]], score: str) -> list[tuple[str, str]]:
+    """(key, label) of the metrics beyond loss and score (``eval.metrics``) in ``rows``: the
+    global model on the pooled test set, and the personal models' mean over clients."""
+    global_keys: dict[str, None] = {}
+    personal_keys: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            if key.startswith("global_test_") and key not in (f"global_test_{score}", "global_test_loss"):
+                global_keys[key] = None
+            elif (
+                key.startswith("personal_") and key.endswith("_mean") and not key.endswith("_weighted_mean")
+                and key != f"personal_{score}_mean"
+            ):
+                personal_keys[key] = None
+    curves = [(k, f"{k.removeprefix('global_test_')} (global, pooled test)") for k in global_keys]
+    curves += [(k, f"{k.removeprefix('personal_').removesuffix('_mean')} (personal, mean)") for k in personal_keys]
+    return curves[:MAX_EXTRA_CURVES]
 
 
 def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
-    """Score (left) and loss (right) per round, for every model that was evaluated."""
-    fig = Figure(figsize=(10, 4))
+    """Score (left) and loss (middle) per round, for every model that was evaluated, and the
+    configured extra metrics (right: fairness gaps, AUPRC, per-group accuracy) if any."""
+    extra = extra_metric_curves(rows, score)
+    fig = Figure(figsize=(15 if extra else 10, 4))
     FigureCanvasAgg(fig)
-    ax_score, ax_loss = fig.subplots(1, 2)
+    axes = fig.subplots(1, 3 if extra else 2)
+    ax_score, ax_loss = axes[0], axes[1]
     curves = [
         (f"global_test_{score}", "global model, pooled test"),
         (f"personal_{score}_mean", "personal models, mean over clients"),
@@ -31,7 +55,13 @@ def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, tit
             ax_loss.plot(*zip(*pts), marker=".", label=label)
     ax_score.set(xlabel="round", ylabel=score, title=f"{score} per round")
     ax_loss.set(xlabel="round", ylabel="loss", title="loss per round")
-    for ax in (ax_score, ax_loss):
+    if extra:
+        ax_extra = axes[2]
+        for key, label in extra:
+            pts = [(r["round"], r[key]) for r in rows if key in r]
+            ax_extra.plot(*zip(*pts), marker=".", label=label, linestyle="--" if key.startswith("personal_") else "-")
+        ax_extra.set(xlabel="round", ylabel="value", title="other metrics per round")
+    for ax in axes:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)

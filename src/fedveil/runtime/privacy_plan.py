@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from torch import nn
@@ -28,9 +28,10 @@ from ..errors import ConfigError
 from ..config import PrivacyConfig
 from ..data.federated import FederatedDataset
 from ..params import Params
-from ..privacy.accounting import (
-    PrivacyLedger, Release, calibrate_noise, calibrate_noise_schedule, epsilon, gaussian_steps_release, schedule_epsilon,
-)
+from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule
+from ..privacy.composition import epsilon, schedule_epsilon
+from ..privacy.events import Release, gaussian_steps_release
+from ..privacy.ledger import PrivacyLedger
 from ..privacy.client_dp import COUNT_SENSITIVITY, ClientLevelDP, update_noise_multiplier
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
 from ..privacy.ledger_check import LedgerCheck
@@ -250,10 +251,11 @@ class RunPrivacy:
         z = plan.noise_multiplier * float(self.shape[round_idx])
         return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size, secure=self.config.secure_rng)
 
-    def record_client(self, cid: int, n: int, dp: ExampleDP) -> None:
-        """Account the DP-SGD client ``cid`` just ran, as it ran: one release per local
-        training (each shuffled training draws its own permutations), at the noise it used."""
-        for steps in dp.trainings:
+    def record_client(self, cid: int, n: int, dp: ExampleDP, trainings: Sequence[int]) -> None:
+        """Account the DP-SGD client ``cid`` just ran under ``dp``, as it ran: one release per
+        local training (each shuffled training draws its own permutations) of the steps it
+        took, ``trainings`` (``ClientResult.dp_trainings``), at the noise it used."""
+        for steps in trainings:
             if steps:
                 self.ledger.record_gaussian_steps(
                     cid, dp.noise_multiplier, dp.batch_size / n, steps, **self._sampling_args(n, dp.sampling)

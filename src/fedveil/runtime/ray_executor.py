@@ -3,19 +3,27 @@
 The server keeps everything that persists (server state, client state, the privacy
 ledger): each round, every worker receives its shard of clients (their data, their
 state, the state of their random stream) and returns their results, which are what the
-serial executor would have produced for the same seed. Inside a worker the shard is
-trained by the vectorized executor (or the serial one).
+serial executor would have produced for the same seed, DP-SGD steps taken included
+(``ClientResult.dp_trainings``, filled by the inner executor on the worker). Inside a
+worker the shard is trained by the vectorized executor (or the serial one).
 
-The algorithm (with the model and trainer it holds) is placed in Ray's object store
-once per run; the server state once per round.
+Devices: tensors travel as CPU tensors; a worker moves its shard to its own device (its
+GPU when the run's device is CUDA, each shard task asking Ray for ``1 / workers`` of a
+GPU, else the CPU), and the results come back to the run's device. The algorithm (with the
+model and trainer it holds) is placed in Ray's object store once per run, where its
+tensors keep their device, so a CUDA run's workers need a GPU: use ``device = "cuda"``.
+The server state is placed there once per round.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+from ..data.federated import ClientData
+from .device import CPU, dataset_to, to_cpu, to_device
 from .serial import SerialExecutor
 from .vectorized import VectorizedExecutor
 
@@ -31,24 +39,44 @@ def _require_ray():
 
 
 def _shard_payload(task: ClientTask, client_state: State | None) -> dict[str, Any]:
-    """What a worker needs to rebuild one client's task (a Generator travels as its state)."""
+    """What a worker needs to rebuild one client's task (a Generator travels as its state),
+    as CPU tensors."""
     return {
-        "client_id": task.client_id, "round": task.round, "data": task.data,
-        "generator_state": task.generator.get_state(), "dp": task.dp, "client_state": client_state,
+        "client_id": task.client_id, "round": task.round, "data": _client_data_to(task.data, CPU),
+        "generator_state": task.generator.get_state(), "dp": task.dp, "client_state": to_cpu(client_state),
+        "privacy_budget": task.privacy_budget,
     }
 
 
-def _run_shard(algorithm: Algorithm, server_state: State, payloads: list[dict], inner: str) -> list[tuple[ClientResult, list[int]]]:
-    """Worker side: rebuild the tasks, run them with the inner executor, report the DP
-    steps of each training."""
+def _client_data_to(data: ClientData, device: torch.device) -> ClientData:
+    return dataclasses.replace(
+        data, train=dataset_to(data.train, device), test=dataset_to(data.test, device),
+        val=None if data.val is None else dataset_to(data.val, device),
+    )
+
+
+def _result_to(result: ClientResult, device: torch.device) -> ClientResult:
+    return dataclasses.replace(result, message=to_device(result.message, device), state=to_device(result.state, device))
+
+
+def _run_shard(
+    algorithm: Algorithm, server_state: State, payloads: list[dict], inner: str, device: str = "cpu"
+) -> list[ClientResult]:
+    """Worker side: move the shard to ``device``, rebuild the tasks, run them with the inner
+    executor (which fills each result's DP-SGD steps); results go back as CPU tensors."""
+    where = torch.device(device)
+    server_state = to_device(server_state, where)
     jobs = []
     for p in payloads:
         generator = torch.Generator()
         generator.set_state(p["generator_state"])
-        task = ClientTask(p["client_id"], p["round"], p["data"], generator, algorithm.ctx.trainer, p["dp"])
-        jobs.append((task, p["client_state"]))
+        task = ClientTask(
+            p["client_id"], p["round"], _client_data_to(p["data"], where), generator, algorithm.ctx.trainer, p["dp"],
+            p["privacy_budget"],
+        )
+        jobs.append((task, to_device(p["client_state"], where)))
     results = _inner_executor(inner).run_cohort(algorithm, server_state, jobs)
-    return [(r, [] if task.dp is None else task.dp.trainings) for r, (task, _) in zip(results, jobs)]
+    return [_result_to(r, CPU) for r in results]
 
 
 def _inner_executor(name: str):
@@ -63,13 +91,19 @@ def _inner_executor(name: str):
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, address: str | None = None, workers: int = 2, inner: str = "vectorized") -> None:
+    def __init__(
+        self, address: str | None = None, workers: int = 2, inner: str = "vectorized",
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.ray = _require_ray()
         if not self.ray.is_initialized():
             kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": workers}
             self.ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, **kwargs)
-        self.workers, self.inner = workers, inner
-        self._remote = self.ray.remote(_run_shard)
+        self.workers, self.inner, self.device = workers, inner, torch.device(device)
+        on_gpu = self.device.type == "cuda"
+        # a worker sees the GPU Ray gives its task as "cuda"
+        self._worker_device = "cuda" if on_gpu else "cpu"
+        self._remote = self.ray.remote(num_gpus=1.0 / workers if on_gpu else 0)(_run_shard)
         self._algorithm_ref = None
         self._algorithm_id = None
 
@@ -80,18 +114,18 @@ class RayExecutor:
             return []
         if self._algorithm_id != id(algorithm):
             self._algorithm_ref, self._algorithm_id = self.ray.put(algorithm), id(algorithm)
-        state_ref = self.ray.put(server_state)
+        state_ref = self.ray.put(to_cpu(server_state))
         shards = [jobs[i :: self.workers] for i in range(min(self.workers, len(jobs)))]
         futures = [
-            self._remote.remote(self._algorithm_ref, state_ref, [_shard_payload(t, s) for t, s in shard], self.inner)
+            self._remote.remote(
+                self._algorithm_ref, state_ref, [_shard_payload(t, s) for t, s in shard], self.inner, self._worker_device
+            )
             for shard in shards
         ]
         by_job: dict[int, ClientResult] = {}
         for shard_index, (shard, outputs) in enumerate(zip(shards, self.ray.get(futures))):
-            for pos, ((task, _), (result, trainings)) in enumerate(zip(shard, outputs)):
-                if task.dp is not None:  # the server accounts what the worker released
-                    task.dp.trainings.extend(trainings)
-                by_job[shard_index + pos * self.workers] = result
+            for pos, result in enumerate(outputs):
+                by_job[shard_index + pos * self.workers] = _result_to(result, self.device)
         return [by_job[i] for i in range(len(jobs))]
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .device import to_cpu
+
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -122,14 +124,18 @@ class RunDirectory:
 
     # ------------------------------------------------------------ checkpoint
     def save_checkpoint(self, state: dict[str, Any]) -> None:
-        atomic_write(self.file(CHECKPOINT_FILE), lambda h: torch.save(state, h))
+        """Write ``state`` with every tensor as a CPU tensor (a checkpoint does not depend on
+        the device the run computed on)."""
+        cpu_state = to_cpu(state)
+        atomic_write(self.file(CHECKPOINT_FILE), lambda h: torch.save(cpu_state, h))
 
-    def load_checkpoint(self) -> dict[str, Any] | None:
+    def load_checkpoint(self, map_location: torch.device | str = "cpu") -> dict[str, Any] | None:
+        """The checkpoint with its tensors on ``map_location`` (the resuming run's device)."""
         path = self.file(CHECKPOINT_FILE)
         if not path.exists():
             return None
         try:
-            return torch.load(path, weights_only=True)
+            return torch.load(path, weights_only=True, map_location=map_location)
         except Exception as err:  # torch raises several types for a damaged file
             raise RunDirError(f"checkpoint '{path}' cannot be read ({err}); delete it to restart the run") from None
 

@@ -4,6 +4,14 @@ from __future__ import annotations
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
 
 
+def with_dp_trainings(result: ClientResult, task: ClientTask) -> ClientResult:
+    """``result`` with the DP-SGD steps of each of the task's local trainings, read from
+    ``task.dp`` right after ``client_update`` returned: what the runtime accounts. Every
+    executor calls this on the machine that trained, so the steps travel with the result."""
+    result.dp_trainings = [] if task.dp is None else list(task.dp.trainings)
+    return result
+
+
 class SerialExecutor:
     """Runs the cohort's ``client_update`` calls one after another in this process."""
 
@@ -12,4 +20,7 @@ class SerialExecutor:
     def run_cohort(
         self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
     ) -> list[ClientResult]:
-        return [algorithm.client_update(server_state, client_state, task) for task, client_state in jobs]
+        return [
+            with_dp_trainings(algorithm.client_update(server_state, client_state, task), task)
+            for task, client_state in jobs
+        ]

@@ -1,14 +1,18 @@
 """The round loop: one federated simulation from a validated :class:`RunConfig`.
 
-Everything that can fail on bad input (data loading, partitioning, model building,
-hyper-parameters) happens in :meth:`Simulation.from_config`, before any file is written.
-:meth:`Simulation.run` then trains round by round, appends one metrics row per round,
-checkpoints every ``checkpoint.every`` rounds and resumes bit-for-bit from a checkpoint:
-all randomness is drawn from streams derived from ``(seed, purpose, round, client)``.
+Everything that can fail on bad input (the device, data loading, partitioning, model
+building, hyper-parameters) happens in :meth:`Simulation.from_config`, before any file is
+written; the model, its initial state and every client's data then live on the run's
+device. :meth:`Simulation.record` trains round by round and hands a
+:class:`~fedveil.runtime.recorder.RunRecorder` one metrics row per round, a checkpoint
+every ``checkpoint.every`` rounds and the summary; it resumes bit-for-bit from the
+recorder's last checkpoint: all randomness is drawn from streams derived from
+``(seed, purpose, round, client)``. :meth:`Simulation.run` records into a run directory.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,6 +22,7 @@ import torch
 from torch import nn
 
 from ..algorithms import ALGORITHMS, Algorithm, ClientTask, RunContext
+from ..models.functional import model_state
 from ..errors import ConfigError
 from ..config import RunConfig
 from .dataset import build_dataset
@@ -26,15 +31,15 @@ from ..models import build_model
 from ..params import Params
 from ..privacy.randomness import SECURE
 from .callbacks import Callback
-from .client_store import ClientStateStore, MemoryClientStore, make_client_store
+from .client_store import ClientStateStore, MemoryClientStore
+from .device import CPU, federated_to, resolve_device
 from .executor import make_executor
 from ..training.local import LocalTrainer, task_loss
 from .privacy_plan import RunPrivacy
-from .report import PARTITION_FILE, write_report
-from .round_metrics import RoundEvaluator
-from .run_dir import (
-    CLIENT_METRICS_FILE, CLIENT_STATES_DIR, SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint,
-)
+from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
+from .report import write_report
+from .round_metrics import RoundEvaluator, check_metrics
+from .run_dir import RunDirError, config_fingerprint
 from .sampling import client_schedule, secure_cohort
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
@@ -50,8 +55,24 @@ def auto_model_name(data: FederatedDataset) -> str:
     return "mlp" if data.task == "classification" else "linear"
 
 
-def initial_params(model: nn.Module) -> Params:
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
+@dataclass(frozen=True)
+class ModelFactory:
+    """Builds the run's model afresh, identically every call: on the CPU under the run's
+    ``init`` seed (so the initial state does not depend on the device), then moved to
+    ``device`` (default: the run's). The algorithms' :class:`RunContext` carries it."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    options: dict[str, Any]
+    seed: int
+    device: torch.device = CPU
+
+    def __call__(self, device: torch.device | str | None = None) -> nn.Module:
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # CPU draws only; the CUDA RNGs untouched
+            torch.default_generator.manual_seed(derive_seed(self.seed, "init"))
+            model = build_model(self.name, self.input_shape, self.num_classes, **self.options)
+        return model.to(self.device if device is None else device)
 
 
 @dataclass
@@ -67,36 +88,46 @@ class Simulation:
     privacy: RunPrivacy | None = None
     callbacks: list[Callback] = field(default_factory=list)
     executor: Any = None  # built from config.executor on first use
+    device: torch.device = CPU  # where the model, the data and every state live
 
     def __post_init__(self) -> None:
         if self.executor is None:
-            self.executor = make_executor(self.config.executor, self.config.ray)
+            self.executor = make_executor(self.config.executor, self.config.ray, self.device)
 
     @classmethod
     def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
-        """Load data, build the model and the algorithm; raises before anything is written."""
+        """Resolve the device, load data, build the model and the algorithm; raises before
+        anything is written. The model and the data are moved to the device here, once."""
+        device = resolve_device(config.device)
         data = build_dataset(config.data, config.seed)
+        check_metrics(config.eval.metrics, config.eval.group, data)
         model_name = auto_model_name(data) if config.model.name == "auto" else config.model.name
-        with torch.random.fork_rng():
-            torch.manual_seed(derive_seed(config.seed, "init"))
-            try:
-                model = build_model(model_name, data.input_shape, data.num_classes, **config.model.options)
-            except (ValueError, TypeError) as err:
-                raise ConfigError(f"model: {err}") from None
+        factory = ModelFactory(model_name, data.input_shape, data.num_classes, dict(config.model.options), config.seed, device)
+        try:
+            model = factory()
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"model: {err}") from None
         try:
             loss_fn = task_loss(data.task, config.client.loss)
         except ValueError as err:
             raise ConfigError(f"client.loss: {err}") from None
         trainer = LocalTrainer(model, loss_fn, config.client, config.federation.rounds)
         alg_cls = ALGORITHMS.get(config.algorithm.name)
-        ctx = RunContext(model=model, trainer=trainer, data=data, seed=config.seed, rounds=config.federation.rounds)
+        ctx = RunContext(
+            num_clients=data.num_clients, task=data.task, num_classes=data.num_classes, input_shape=data.input_shape,
+            rounds=config.federation.rounds, seed=config.seed, model_factory=factory, trainer=trainer, device=device,
+        )
         algorithm = alg_cls(config.algorithm.typed_params(), ctx)
         fed = config.federation
         schedule = client_schedule(data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed)
         privacy = RunPrivacy.from_config(
             config.privacy, data, trainer, model, algorithm, schedule, fed.sampling, fed.clients_per_round
         )
-        return cls(config, data, model, model_name, initial_params(model), algorithm, trainer, schedule, privacy, list(callbacks))
+        data = federated_to(data, device)
+        return cls(
+            config, data, model, model_name, model_state(model), algorithm, trainer, schedule, privacy, list(callbacks),
+            device=device,
+        )
 
     # ------------------------------------------------------------------ state
     def fresh_state(self, clients: ClientStateStore | None = None) -> dict[str, Any]:
@@ -108,9 +139,10 @@ class Simulation:
         stored = state["clients"].get(cid)
         return self.algorithm.init_client(cid, state["server"]) if stored is None else stored
 
-    def client_store(self, run_dir: RunDirectory, checkpoint: dict[str, Any] | None) -> ClientStateStore:
-        """The configured store of ``run_dir``'s client states, as of ``checkpoint`` (None: no state yet)."""
-        store = make_client_store(self.config.federation.client_state, run_dir.file(CLIENT_STATES_DIR))
+    def client_store(self, recorder: RunRecorder, checkpoint: dict[str, Any] | None) -> ClientStateStore:
+        """The configured store of the clients' states that ``recorder`` provides, as of
+        ``checkpoint`` (None: no state yet)."""
+        store = recorder.client_store(self.config.federation.client_state, self.device)
         if checkpoint is None:
             store.restore({}, 0)  # a run killed before its first checkpoint may have left states
         else:
@@ -155,7 +187,7 @@ class Simulation:
                 state["clients"].put(cid, result.state, round_idx + 1)
         for (task, _), result in zip(jobs, results):
             if task.dp is not None:
-                self.privacy.record_client(task.client_id, task.data.num_train, task.dp)
+                self.privacy.record_client(task.client_id, task.data.num_train, task.dp, result.dp_trainings)
             if result.releases:
                 if self.privacy is None:
                     raise RuntimeError(f"{type(self.algorithm).__name__} returned noisy releases in a run without privacy")
@@ -193,24 +225,43 @@ class Simulation:
 
     def evaluator(self) -> RoundEvaluator:
         ev = self.config.eval
-        return RoundEvaluator(self.algorithm, self.data, self.trainer, self.config.seed, ev.batch_size, ev.personal)
+        return RoundEvaluator(
+            self.algorithm, self.data, self.trainer, self.config.seed, ev.batch_size, ev.personal, ev.metrics, ev.group
+        )
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        """The resolved config as JSON data (what ``config.json`` holds and checkpoints are fingerprinted by)."""
+        return self.config.model_dump(mode="json")
 
     def run(self, out: str | Path, resume: bool = False) -> dict[str, Any]:
         """Train all rounds, writing into run directory ``out``; returns the summary."""
-        config_dict = self.config.model_dump(mode="json")
-        run_dir = RunDirectory.open_for_resume(out, config_dict) if resume else RunDirectory.create(out, config_dict)
-        checkpoint = run_dir.load_checkpoint() if resume else None
-        if checkpoint is not None and checkpoint.get("fingerprint") != config_fingerprint(config_dict):
-            raise RunDirError(f"checkpoint in '{out}' belongs to another config; start a new run")
-        clients = self.client_store(run_dir, checkpoint)
+        return self.record(DirectoryRecorder.open(out, self.config_dict, resume, plots=write_report))
+
+    def record(self, recorder: RunRecorder | None = None) -> dict[str, Any]:
+        """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
+        what a run keeps (default: a :class:`MemoryRecorder`); returns the summary."""
+        recorder = MemoryRecorder() if recorder is None else recorder
+        fingerprint = config_fingerprint(self.config_dict)
+        checkpoint = recorder.load_checkpoint(self.device)
+        if checkpoint is not None and checkpoint.get("fingerprint") != fingerprint:
+            raise RunDirError(f"checkpoint in {recorder.where} belongs to another config; start a new run")
+        saved_on = None if checkpoint is None else checkpoint.pop("device", None)
+        if saved_on is not None and saved_on != str(self.device):
+            warnings.warn(
+                f"resuming on {self.device} a run checkpointed on {saved_on}: it continues, but its numbers will "
+                f"not be bit-identical to an uninterrupted run (set device = \"{saved_on}\" to keep them)",
+                stacklevel=2,
+            )
+        clients = self.client_store(recorder, checkpoint)
         state = self.fresh_state(clients) if checkpoint is None else {**checkpoint, "clients": clients}
         if self.privacy is not None and "privacy" in state:
             self.privacy.load_state_dict(state["privacy"], self.schedule, state["round"])
-        run_dir.write_json(PARTITION_FILE, self.partition_facts())
-        rows = run_dir.keep_metrics_through(state["round"])
-        return self._loop(run_dir, state, rows, config_dict)
+        recorder.record_partition(self.partition_facts())
+        rows = recorder.rows_through(state["round"])
+        return self._loop(recorder, state, rows, fingerprint)
 
-    def _loop(self, run_dir: RunDirectory, state: dict[str, Any], rows: list[dict], config_dict: dict) -> dict[str, Any]:
+    def _loop(self, recorder: RunRecorder, state: dict[str, Any], rows: list[dict], fingerprint: str) -> dict[str, Any]:
         rounds, every = self.config.federation.rounds, self.config.checkpoint.every
         evaluator, client_rows = self.evaluator(), None
         for cb in self.callbacks:
@@ -223,29 +274,31 @@ class Simulation:
                 metrics, client_rows = evaluator(state["server"], state["clients"], r)
                 row.update(metrics)
             state["elapsed_s"] = row["elapsed_s"] = time.perf_counter() - started
-            run_dir.append_metrics(row)
+            recorder.record_row(row)
             rows.append(row)
             for cb in self.callbacks:
                 cb.on_round_end(row)
             if last or (every and (r + 1) % every == 0):
-                self._save_checkpoint(run_dir, state, config_dict)
+                self._save_checkpoint(recorder, state, fingerprint)
         if client_rows is None:  # resumed a finished run: score the final state again
             _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
         privacy_facts = self.privacy.summary() if self.privacy is not None else {}
         summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
-        run_dir.write_json(CLIENT_METRICS_FILE, client_rows)
-        run_dir.write_json(SUMMARY_FILE, summary)
-        write_report(run_dir.path)
+        summary["device"] = str(self.device)
+        recorder.finish(summary, client_rows)
         for cb in self.callbacks:
             cb.on_run_end(summary)
         return summary
 
-    def _save_checkpoint(self, run_dir: RunDirectory, state: dict[str, Any], config_dict: dict) -> None:
-        """Write the checkpoint (the client store gives what it needs saved), then let the
-        store drop client-state versions only older checkpoints needed."""
+    def _save_checkpoint(self, recorder: RunRecorder, state: dict[str, Any], fingerprint: str) -> None:
+        """Hand the recorder the checkpoint (the client store gives what it needs saved), then
+        let the store drop client-state versions only older checkpoints needed."""
         clients = state["clients"]
-        extra = {"clients": clients.to_checkpoint(), **self._privacy_state(), "fingerprint": config_fingerprint(config_dict)}
-        run_dir.save_checkpoint({**state, **extra})
+        extra = {
+            "clients": clients.to_checkpoint(), **self._privacy_state(), "fingerprint": fingerprint,
+            "device": str(self.device),
+        }
+        recorder.save_checkpoint({**state, **extra})
         clients.checkpoint_saved(state["round"])
 
     def _privacy_state(self) -> dict[str, Any]:
@@ -260,6 +313,7 @@ class Simulation:
             "val_sizes": [0 if c.val is None else len(c.val) for c in self.data.clients],
             "pooled_test_size": len(self.data.test),
         }
-        if self.data.task == "classification":
-            facts["label_counts"] = self.data.label_counts().tolist()
+        if self.data.task == "classification":  # counted where the labels are (on the run's device)
+            k = self.data.num_classes
+            facts["label_counts"] = [torch.bincount(c.train.y, minlength=k)[:k].tolist() for c in self.data.clients]
         return facts

@@ -1,7 +1,9 @@
 """``summary.json``: the final metrics of a run under stable, documented keys.
 
 Top level holds the last round's evaluation metrics (e.g. ``global_test_accuracy``,
-``personal_accuracy_mean``; see :mod:`fedveil.runtime.round_metrics`) plus run facts.
+``personal_accuracy_mean``, and for ``eval.metrics`` keys like ``global_test_auprc`` or
+``global_client_equalized_odds_gap_mean``; see :mod:`fedveil.runtime.round_metrics`) plus
+run facts.
 ``best`` is the round with the best validation score, only when a validation split
 exists (``data.val_fraction > 0``); picking the best round on test data would be
 optimistic, so it is never done.

@@ -22,9 +22,11 @@ from typing import Any
 from torch import nn
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+from .serial import with_dp_trainings
 from ..engine import StackedModel, UnsupportedModelError
-from ..training.cohort import TrainRequest, train_stacked
+from ..training.cohort import stacking_key, train_stacked
 from ..training.local import LocalTrainer
+from ..training.request import TrainRequest
 from ..training.private_stacked import check_private_stacking
 
 # Clients stacked in one computation at most (bounds memory: stacked params, grads, activations).
@@ -77,8 +79,8 @@ class _PostingTrainer:
     def __init__(self, trainer: LocalTrainer, gate: _Gate, job: int) -> None:
         self._trainer, self._gate, self._job = trainer, gate, job
 
-    def train(self, params, data, generator, round_idx, grad_hook=None, dp=None):
-        request = TrainRequest(params, data, generator, round_idx, grad_hook, dp)
+    def train(self, params, data, generator, round_idx, grad_hook=None, dp=None, **request):
+        request = TrainRequest(params, data, generator, round_idx, grad_hook, dp, **request)
         return self._gate.post(_Post(self._job, self._trainer, request))
 
     def __getattr__(self, name: str) -> Any:
@@ -120,12 +122,12 @@ class VectorizedExecutor:
         for err in errors:
             if err is not None:
                 raise err
-        return results
+        return [with_dp_trainings(result, task) for result, (task, _) in zip(results, jobs)]
 
     def _train_wave(self, wave: list[_Post]) -> None:
         groups: dict[tuple, list[_Post]] = {}
-        for post in wave:
-            key = (id(post.trainer), post.request.round_idx, post.request.dp is None)
+        for post in wave:  # requests stack when trainer, round, model variant, objective, mask kind and privacy agree
+            key = (id(post.trainer), post.request.round_idx, stacking_key(post.request, post.trainer))
             groups.setdefault(key, []).append(post)
         try:
             for posts in groups.values():
@@ -138,26 +140,26 @@ class VectorizedExecutor:
             raise
 
     def _train_group(self, posts: list[_Post]) -> None:
-        trainer = posts[0].trainer
-        stacked = self._stacked_model(trainer, private=posts[0].request.dp is not None)
+        trainer, first = posts[0].trainer, posts[0].request
+        model = trainer.model if first.model is None else first.model
+        stacked = self._stacked_model(model, private=first.dp is not None)
         if stacked is None:
-            outputs = [trainer.train(p.request.params, p.request.data, p.request.generator, p.request.round_idx,
-                                     p.request.grad_hook, p.request.dp) for p in posts]
+            outputs = [trainer.run(p.request) for p in posts]
         else:
             outputs = []
-            for chunk in _chunks(posts, stacked_chunk_size(trainer.model)):
+            for chunk in _chunks(posts, stacked_chunk_size(model)):
                 outputs += train_stacked(trainer, stacked, [p.request for p in chunk])
         for post, output in zip(posts, outputs):
             post.result = output
             post.done.set()
 
-    def _stacked_model(self, trainer: LocalTrainer, private: bool) -> StackedModel | None:
-        key = id(trainer.model) * 2 + int(private)
+    def _stacked_model(self, model: nn.Module, private: bool) -> StackedModel | None:
+        key = id(model) * 2 + int(private)
         if key not in self._stacked:
             try:
-                stacked = StackedModel(trainer.model)
+                stacked = StackedModel(model)
                 if private:
-                    check_private_stacking(trainer.model)
+                    check_private_stacking(model)
             except UnsupportedModelError as err:
                 warnings.warn(f"vectorized executor: training clients one by one: {err}", stacklevel=2)
                 stacked = None

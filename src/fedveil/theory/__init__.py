@@ -2,7 +2,17 @@
 
 :mod:`fedveil.theory.mean_estimation`: MR-MTL for private federated mean estimation
 (Liu, thesis §1.6, App. D-E; spec 002 §3).
+:mod:`fedveil.theory.gd_risk_bounds`: expected risk upper bounds of private GD under uniform
+and dynamic noise schedules, and the number of steps minimising them (Hong, dissertation Ch. 2).
 """
+from .gd_risk_bounds import (
+    best_T_dynamic,
+    best_T_uniform,
+    closed_form_T_dynamic,
+    closed_form_T_uniform,
+    erub_dynamic,
+    erub_uniform,
+)
 from .mean_estimation import (
     MonteCarloErrors,
     fedavg_error,
@@ -27,6 +37,12 @@ from .mean_estimation import (
 )
 
 __all__ = [
+    "best_T_dynamic",
+    "best_T_uniform",
+    "closed_form_T_dynamic",
+    "closed_form_T_uniform",
+    "erub_dynamic",
+    "erub_uniform",
     "MonteCarloErrors",
     "fedavg_error",
     "fedavg_gap",

@@ -16,7 +16,6 @@ variance (squared), every ``sigma``/``tau``/``sigma_dp`` a standard deviation.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +23,9 @@ import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import optimize
 
-from ..privacy.accounting import DEFAULT_ORDERS, calibrate_noise
+from ..privacy import checks
+from ..privacy.calibration import calibrate_noise
+from ..privacy.composition import DEFAULT_ORDERS
 
 __all__ = [
     "local_variance",
@@ -53,24 +54,6 @@ __all__ = [
 # --------------------------------------------------------------------------- validation
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False, allow_inf: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number; got {value!r}.") from None
-    ok_range = v >= 0 if allow_zero else v > 0
-    if math.isnan(v) or not ok_range or (math.isinf(v) and not allow_inf):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a {'' if allow_inf else 'finite '}number {bound}; got {value!r}.")
-    return v
-
-
-def _integer(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
-
-
 def _lambdas(lam) -> np.ndarray:
     arr = np.asarray(lam, dtype=float)
     if np.isnan(arr).any() or (arr < 0).any():
@@ -88,15 +71,15 @@ def _same_shape(result: np.ndarray):
 
 def local_variance(sigma: float, n: int, sigma_dp: float = 0.0) -> float:
     """Variance of a silo's private local mean, (1.9): ``sigma_loc^2 = sigma^2/n + sigma_dp^2/n^2``."""
-    sigma = _positive("sigma", sigma)
-    n = _integer("n", n, 1)
-    sigma_dp = _positive("sigma_dp", sigma_dp, allow_zero=True)
+    sigma = checks.positive("sigma", sigma)
+    n = checks.integer("n", n, minimum=1)
+    sigma_dp = checks.positive("sigma_dp", sigma_dp, allow_zero=True)
     return sigma**2 / n + sigma_dp**2 / n**2
 
 
 def optimal_lambda(sigma_loc2: float, tau: float) -> float:
     """Theorem 1.6.3 (1.11): ``lam* = sigma_loc^2 / tau^2`` (the Bayes-optimal MR-MTL)."""
-    return _positive("sigma_loc2", sigma_loc2) / _positive("tau", tau) ** 2
+    return checks.positive("sigma_loc2", sigma_loc2) / checks.positive("tau", tau) ** 2
 
 
 def local_weight(lam):
@@ -110,37 +93,42 @@ def mrmtl_error(lam, sigma_loc2: float, tau: float, K: int):
     Written with ``a = 1/(1+lam)`` as ``(1 - 1/K)(a^2 sigma_loc^2 + (1-a)^2 tau^2) + sigma_loc^2/K``
     so that ``lam = inf`` gives FedAvg's error (1.14).
     """
-    s2, t2, K = _positive("sigma_loc2", sigma_loc2), _positive("tau", tau) ** 2, _integer("K", K, 2)
+    s2, t2 = checks.positive("sigma_loc2", sigma_loc2), checks.positive("tau", tau) ** 2
+    K = checks.integer("K", K, minimum=2)
     a = np.asarray(local_weight(lam))
     return _same_shape((1 - 1 / K) * (a**2 * s2 + (1 - a) ** 2 * t2) + s2 / K)
 
 
 def optimal_error(sigma_loc2: float, tau: float, K: int) -> float:
     """Corollary 1.6.4 (1.12): ``E* = sigma_loc^2 (sigma_loc^2 + K tau^2) / (K (sigma_loc^2 + tau^2))``."""
-    s2, t2, K = _positive("sigma_loc2", sigma_loc2), _positive("tau", tau) ** 2, _integer("K", K, 2)
+    s2, t2 = checks.positive("sigma_loc2", sigma_loc2), checks.positive("tau", tau) ** 2
+    K = checks.integer("K", K, minimum=2)
     return s2 * (s2 + K * t2) / (K * (s2 + t2))
 
 
 def local_error(sigma_loc2: float) -> float:
     """Proposition 1.6.5 (1.13): local training's error ``E_loc = sigma_loc^2``."""
-    return _positive("sigma_loc2", sigma_loc2)
+    return checks.positive("sigma_loc2", sigma_loc2)
 
 
 def fedavg_error(sigma_loc2: float, tau: float, K: int) -> float:
     """Proposition 1.6.6 (1.14): FedAvg's error ``E_fed = (sigma_loc^2 + (K-1) tau^2) / K``."""
-    s2, t2, K = _positive("sigma_loc2", sigma_loc2), _positive("tau", tau) ** 2, _integer("K", K, 2)
+    s2, t2 = checks.positive("sigma_loc2", sigma_loc2), checks.positive("tau", tau) ** 2
+    K = checks.integer("K", K, minimum=2)
     return (s2 + (K - 1) * t2) / K
 
 
 def local_gap(sigma_loc2: float, tau: float, K: int) -> float:
     """Proposition 1.6.5 (1.13): ``Delta_loc = E_loc - E* = (1 - 1/K) sigma_loc^4 / (sigma_loc^2 + tau^2)``."""
-    s2, t2, K = _positive("sigma_loc2", sigma_loc2), _positive("tau", tau) ** 2, _integer("K", K, 2)
+    s2, t2 = checks.positive("sigma_loc2", sigma_loc2), checks.positive("tau", tau) ** 2
+    K = checks.integer("K", K, minimum=2)
     return (1 - 1 / K) * s2**2 / (s2 + t2)
 
 
 def fedavg_gap(sigma_loc2: float, tau: float, K: int) -> float:
     """Proposition 1.6.6 (1.14): ``Delta_fed = E_fed - E* = (1 - 1/K) tau^4 / (sigma_loc^2 + tau^2)``."""
-    s2, t2, K = _positive("sigma_loc2", sigma_loc2), _positive("tau", tau) ** 2, _integer("K", K, 2)
+    s2, t2 = checks.positive("sigma_loc2", sigma_loc2), checks.positive("tau", tau) ** 2
+    K = checks.integer("K", K, minimum=2)
     return (1 - 1 / K) * t2**2 / (s2 + t2)
 
 
@@ -149,8 +137,8 @@ def privacy_cost(lam, sigma_dp: float, n: int, K: int):
 
     It falls from ``sigma_dp^2/n^2`` (local, ``lam = 0``) to ``sigma_dp^2/(K n^2)`` (FedAvg, ``lam = inf``).
     """
-    extra = _positive("sigma_dp", sigma_dp, allow_zero=True) ** 2 / _integer("n", n, 1) ** 2
-    K = _integer("K", K, 2)
+    extra = checks.positive("sigma_dp", sigma_dp, allow_zero=True) ** 2 / checks.integer("n", n, minimum=1) ** 2
+    K = checks.integer("K", K, minimum=2)
     a = np.asarray(local_weight(lam))
     return _same_shape((1 - 1 / K) * a**2 * extra + extra / K)
 
@@ -159,9 +147,9 @@ def privacy_cost(lam, sigma_dp: float, n: int, K: int):
 
 
 def _silo_variances(sigma_tilde2) -> np.ndarray:
-    s = np.asarray(sigma_tilde2, dtype=float)
-    if s.ndim != 1 or len(s) < 2 or not np.isfinite(s).all() or (s <= 0).any():
-        raise ValueError(f"sigma_tilde2 must be a 1-D array of K >= 2 finite variances > 0; got {sigma_tilde2!r}.")
+    s = checks.positive_vector("sigma_tilde2", sigma_tilde2)
+    if len(s) < 2:
+        raise ValueError(f"sigma_tilde2 must hold the variances of K >= 2 silos; got {sigma_tilde2!r}.")
     return s
 
 
@@ -179,7 +167,7 @@ def per_silo_optimal_lambdas(sigma_tilde2, tau: float) -> np.ndarray:
     silo's own estimate is below ``1/K``, which no ``lam >= 0`` reaches; the error is then smallest at
     the boundary ``lam = inf`` (FedAvg), which is returned. With equal variances this is (1.11).
     """
-    s, t2 = _silo_variances(sigma_tilde2), _positive("tau", tau) ** 2
+    s, t2 = _silo_variances(sigma_tilde2), checks.positive("tau", tau) ** 2
     K = len(s)
     denominator = t2 + ((s.sum() - s) / (K - 1) - s) / K
     with np.errstate(divide="ignore"):
@@ -193,7 +181,7 @@ def per_silo_mrmtl_errors(lam, sigma_tilde2, tau: float) -> np.ndarray:
     ``V_k`` the variance (D.26) of ``w_hat_{\\k}`` around ``w_k``. ``lam`` is a scalar (shared by all
     silos) or one value per silo; returns one error per silo. Minimised at (D.30).
     """
-    s, t2 = _silo_variances(sigma_tilde2), _positive("tau", tau) ** 2
+    s, t2 = _silo_variances(sigma_tilde2), checks.positive("tau", tau) ** 2
     K = len(s)
     lam = _lambdas(lam)
     if lam.ndim > 1 or (lam.ndim == 1 and len(lam) != K):
@@ -209,12 +197,12 @@ def per_silo_mrmtl_errors(lam, sigma_tilde2, tau: float) -> np.ndarray:
 def gaussian_sigma_dp(epsilon: float, delta: float, clip: float, orders: Sequence[float] | None = None) -> float:
     """Noise std ``sigma_dp = clip * z`` of ONE (epsilon, delta)-DP Gaussian release of a clipped sum.
 
-    ``z`` is calibrated with the RDP accountant (:func:`fedveil.privacy.accounting.calibrate_noise`,
+    ``z`` is calibrated with the RDP accountant (:func:`fedveil.privacy.calibration.calibrate_noise`,
     full batch ``q = 1``, one step), as [C1] ``plot_hparam_cost.py`` does for Fig. 1.7 (spec 002 §3),
     not with the classic ``sqrt(2 ln(1.25/delta))/epsilon``. ``orders`` default to the accountant's.
     (epsilon, delta) = (0.25, 1e-5) gives ``z = 14.567``.
     """
-    clip = _positive("clip", clip)
+    clip = checks.positive("clip", clip)
     return clip * calibrate_noise(epsilon, delta, sample_rate=1.0, steps=1, sampling="full", orders=orders)
 
 
@@ -271,9 +259,10 @@ def simulate_mean_estimation(
     ``(L, K)`` (per-silo values). The same draws serve every ``lam`` (common random numbers), and
     two calls with equally seeded generators draw the same centres, points and unit DP noise.
     """
-    K, n, trials = _integer("K", K, 2), _integer("n", n, 1), _integer("trials", trials, 2)
-    sigma, tau = _positive("sigma", sigma), _positive("tau", tau)
-    clip = _positive("clip", clip, allow_inf=True)
+    K, n = checks.integer("K", K, minimum=2), checks.integer("n", n, minimum=1)
+    trials = checks.integer("trials", trials, minimum=2)
+    sigma, tau = checks.positive("sigma", sigma), checks.positive("tau", tau)
+    clip = checks.positive("clip", clip, allow_inf=True)
     noise = np.asarray(sigma_dp, dtype=float)
     if noise.shape not in ((), (K,)) or not np.isfinite(noise).all() or (noise < 0).any():
         raise ValueError(f"sigma_dp must be a finite std >= 0 or K={K} of them; got {sigma_dp!r}.")
@@ -303,17 +292,10 @@ def simulate_mean_estimation(
 
 
 def _tnb_eta(eta: float) -> float:
-    eta = float(eta)
+    eta = checks.real("eta", eta)
     if not math.isfinite(eta) or eta <= -1:
         raise ValueError(f"eta must be a finite number > -1 (Papernot & Steinke); got {eta!r}.")
     return eta
-
-
-def _tnb_gamma_value(gamma: float) -> float:
-    gamma = float(gamma)
-    if not 0 < gamma < 1:
-        raise ValueError(f"gamma must be in (0, 1); got {gamma!r}.")
-    return gamma
 
 
 def tnb_expected_runs(eta: float, gamma: float) -> float:
@@ -321,7 +303,7 @@ def tnb_expected_runs(eta: float, gamma: float) -> float:
 
     ``eta (1 - gamma) / (gamma (1 - gamma^eta))`` for ``eta != 0``; ``(1/gamma - 1)/log(1/gamma)`` for ``eta = 0``.
     """
-    eta, gamma = _tnb_eta(eta), _tnb_gamma_value(gamma)
+    eta, gamma = _tnb_eta(eta), checks.fraction("gamma", gamma)
     if eta == 0:
         return (1 / gamma - 1) / math.log(1 / gamma)
     return eta * (1 - gamma) / (gamma * -math.expm1(eta * math.log(gamma)))
@@ -332,7 +314,7 @@ def tnb_gamma(expected_runs: float, eta: float) -> float:
 
     [C1] minimises the squared gap on (1e-10, 1 - 1e-10); a root bracket is equivalent and exact.
     """
-    target = _positive("expected_runs", expected_runs)
+    target = checks.positive("expected_runs", expected_runs)
     if target <= 1:
         raise ValueError(f"expected_runs must be > 1 (h >= 1 always); got {expected_runs!r}.")
     eta = _tnb_eta(eta)
@@ -349,7 +331,7 @@ def tnb_tuning_rdp(orders: Sequence[float], rdp: Sequence[float], eta: float, ga
     r = np.asarray(rdp, dtype=float)
     if a.ndim != 1 or a.shape != r.shape or len(a) == 0 or (a <= 1).any() or (r < 0).any():
         raise ValueError("orders and rdp must be equal-length 1-D arrays with orders > 1 and rdp >= 0.")
-    eta, gamma = _tnb_eta(eta), _tnb_gamma_value(gamma)
+    eta, gamma = _tnb_eta(eta), checks.fraction("gamma", gamma)
     second = np.min((1 + eta) * (1 - 1 / a) * r + (1 + eta) * math.log(1 / gamma) / a)
     return r + second + math.log(tnb_expected_runs(eta, gamma)) / (a - 1)
 
@@ -374,10 +356,8 @@ def tuned_gaussian_sigma_dp(
     """Noise std ``clip * z`` that keeps tuning ``lam`` over ``h ~ TNB(eta, gamma)`` runs (mean
     ``expected_runs``) of one Gaussian release (epsilon, delta)-DP in total: Theorem E.1.2 (E.2)
     then the RDP-to-DP conversion, solved for ``z`` (Fig. 1.7's "Private, TNB" curves)."""
-    target, clip = _positive("epsilon", epsilon), _positive("clip", clip)
-    delta = float(delta)
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1); got {delta!r}.")
+    target, clip = checks.positive("epsilon", epsilon), checks.positive("clip", clip)
+    delta = checks.fraction("delta", delta)
     gamma = tnb_gamma(expected_runs, eta)
     grid = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=float)
     if (grid <= 1).any():

@@ -18,56 +18,78 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import vmap
 
-from ..data.arrays import ArrayDataset
 from ..engine import StackedModel, stack_params
-from ..engine.stacked import LayerRecord
 from ..engine.grad_terms import AffineGradTerm
+from ..engine.stacked import LayerRecord
+from ..models.functional import buffer_names
 from ..params import Params
-from ..privacy.dp_sgd import ExampleDP
-from .local import GradHook, LocalStats, LocalTrainer
+from ..privacy.dp_sgd import check_model_for_dp
+from .local import LocalStats, LocalTrainer, public_batch_size
 from .private_stacked import private_stacked_gradients
+from .request import Batch, GradHook, Objective, TrainRequest
 
 
-@dataclass
-class TrainRequest:
-    """The arguments of one :meth:`LocalTrainer.train` call."""
-
-    params: Params
-    data: ArrayDataset
-    generator: torch.Generator
-    round_idx: int
-    grad_hook: GradHook | None = None
-    dp: ExampleDP | None = None
+def stacking_key(request: TrainRequest, trainer: LocalTrainer) -> tuple:
+    """Requests with equal keys can be trained in one stacked computation: the same model
+    variant, objective, kind of mask, privacy and row mix (shapes follow from the model)."""
+    mask = None if request.param_mask is None else frozenset(request.param_mask)
+    model = trainer.model if request.model is None else request.model
+    return (id(model), trainer.objective_of(request), mask, request.dp is None, request.private_rows is not None)
 
 
-def _per_example_loss(loss_fn):
-    """The trainer's batch-mean loss applied to one example at a time: ``(N,)`` losses."""
-    return vmap(lambda out, y: loss_fn(out.unsqueeze(0), y.unsqueeze(0)))
+def _losses(objective: Objective, out, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+    """Each client's mean objective over its real rows, ``(K,)``: per example and masked when
+    the objective allows it, else client by client on the real rows only."""
+    k, width = mask.shape
+    counts = mask.sum(1)
+    if objective.per_example_ok:
+        return (objective.per_example(out, batch).reshape(k, -1) * mask).sum(1) / counts.clamp(min=1)
+    means = []
+    for row in range(k):
+        lo, m = row * width, int(counts[row])
+        means.append(objective.mean(_rows(out, lo, lo + m), batch.rows(lo, lo + m)) if m else out_zero(out))
+    return torch.stack(means)
 
 
-def _gather_batches(requests: list[TrainRequest], batches: list[torch.Tensor], active: list[int]):
-    """Merged ``x``/``y`` of the active clients' batches padded to the longest, and the mask.
+def _rows(out, lo: int, hi: int):
+    return out[lo:hi] if isinstance(out, torch.Tensor) else type(out)(_rows(o, lo, hi) for o in out)
+
+
+def out_zero(out) -> torch.Tensor:
+    first = out if isinstance(out, torch.Tensor) else out[0]
+    return first.sum() * 0.0
+
+
+def _gather_batches(requests: list[TrainRequest], batches: list[tuple[torch.Tensor, int]], active: list[int]):
+    """The active clients' batches merged and padded to the longest: a :class:`Batch`, the
+    mask of real rows ``(K, width)`` and the mask of private rows (``None`` when all are).
 
     Rows are copied straight into one preallocated tensor; padding repeats a real row
     (finite inputs), masked out of the loss.
     """
-    width = max(1, max(len(b) for b in batches))
+    width = max(1, max(len(idx) for idx, _ in batches))
     first = requests[active[0]].data
-    x = torch.empty((len(active) * width, *first.x.shape[1:]), dtype=first.x.dtype)
-    y = torch.empty((len(active) * width, *first.y.shape[1:]), dtype=first.y.dtype)
-    mask = torch.zeros(len(active), width)
-    for row, (k, idx) in enumerate(zip(active, batches)):
+    names = sorted(first.groups)
+    fields = {"x": first.x, "y": first.y, **{f"g:{g}": first.groups[g] for g in names}}
+    device = first.x.device
+    merged = {f: torch.empty((len(active) * width, *t.shape[1:]), dtype=t.dtype, device=device) for f, t in fields.items()}
+    mask = torch.zeros(len(active), width, device=device)
+    private = torch.zeros(len(active), width, device=device) if any(requests[k].private_rows is not None for k in active) else None
+    for row, (k, (idx, n_private)) in enumerate(zip(active, batches)):
         data, m, lo = requests[k].data, len(idx), row * width
-        if m:
-            torch.index_select(data.x, 0, idx, out=x[lo : lo + m])
-            torch.index_select(data.y, 0, idx, out=y[lo : lo + m])
-        if m < width:
-            x[lo + m : lo + width] = data.x[0]
-            y[lo + m : lo + width] = data.y[0]
+        idx = idx.to(device)
+        sources = {"x": data.x, "y": data.y, **{f"g:{g}": data.groups[g] for g in names}}
+        for f, out in merged.items():
+            if m:
+                torch.index_select(sources[f], 0, idx, out=out[lo : lo + m])
+            if m < width:
+                out[lo + m : lo + width] = sources[f][0]
         mask[row, :m] = 1.0
-    return x, y, mask
+        if private is not None:
+            private[row, :n_private] = 1.0
+    batch = Batch(merged["x"], merged["y"], {g: merged[f"g:{g}"] for g in names})
+    return batch, mask, private
 
 
 @dataclass
@@ -93,7 +115,8 @@ class _AffineTerms:
             if any(name in o for o in offsets):
                 zero = torch.zeros_like(value[0])
                 stacked[name] = torch.stack([o.get(name, zero) for o in offsets])
-        return cls(torch.tensor(scales) if any(scales) else None, stacked, clipped.pop())
+        device = next(iter(w.values())).device
+        return cls(torch.tensor(scales, device=device) if any(scales) else None, stacked, clipped.pop())
 
     def values(self, w: dict, index: torch.Tensor | None) -> dict:
         """The terms alone, ``scale_k * w_k + offset_k``, for every parameter: ``(K_active, *shape)``."""
@@ -129,50 +152,61 @@ def _apply_hooks(hooks: list[GradHook | None], affine: _AffineTerms | None, w: d
 
 
 def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[TrainRequest]) -> list[tuple[Params, LocalStats]]:
-    """Train every request's model; returns ``(params, stats)`` per request, in order."""
+    """Train every request (all with one :func:`stacking_key`); returns ``(state, stats)`` per
+    request, in order: the same result :meth:`LocalTrainer.run` gives for each."""
     if not requests:
         return []
     rounds = {r.round_idx for r in requests}
     if len(rounds) != 1:
         raise ValueError(f"one stacked batch trains one round, got rounds {sorted(rounds)}")
+    if len({stacking_key(r, trainer) for r in requests}) != 1:
+        raise ValueError("one stacked batch needs requests of one model variant, objective, mask kind and privacy")
+    first = requests[0]
+    model = trainer.model if first.model is None else first.model
+    objective = trainer.objective_of(first)
     cfg, names = trainer.config, stacked.names
-    lr = trainer.lr_at(requests[0].round_idx)
+    lr = trainer.lr_at(first.round_idx)
+    if first.dp is not None:
+        check_model_for_dp(model)
     for r in requests:
         if r.dp is not None:
             r.dp.begin_training()
-    iters = [trainer._batches(len(r.data), r.generator, r.dp) for r in requests]
-    steps = [trainer.num_steps(len(r.data), r.dp) for r in requests]
+    iters = [trainer.step_rows(r) for r in requests]
+    steps = [trainer.num_steps(r.num_private if r.dp is not None else len(r.data), r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
     w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
+    buffers = {n: v.detach().clone() for n, v in stack_params([r.params for r in requests], buffer_names(model)).items()}
+    masks = None if first.param_mask is None else _stack_masks([r.param_mask for r in requests], w)
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
     affine = _AffineTerms.stack(hooks, w)
-    buffers = {n: torch.empty_like(w[n]) for n in _linear_weights(trainer.model)}
+    grad_buffers = {n: torch.empty_like(w[n]) for n in _linear_weights(model)}
     workspace: dict = {}  # DP noise buffers
-    per_example_loss = _per_example_loss(trainer.loss_fn)
-    plain_sgd = not cfg.momentum and not cfg.weight_decay and all(h is None for h in hooks)
+    plain_sgd = not cfg.momentum and not cfg.weight_decay and masks is None and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
     examples = [0] * len(requests)
     for step in range(max(steps, default=0)):
         active = [k for k, s in enumerate(steps) if step < s]
-        batches = [next(iters[k]) for k in active]
-        x, y, mask = _gather_batches(requests, batches, active)
-        index = None if len(active) == len(requests) else torch.tensor(active)
+        batch, mask, private = _gather_batches(requests, [next(iters[k]) for k in active], active)
+        index = None if len(active) == len(requests) else torch.tensor(active, device=mask.device)
         w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
+        b_act = buffers if index is None else {n: v.index_select(0, index) for n, v in buffers.items()}
         counts = mask.sum(1)
         in_clip = False
-        if requests[active[0]].dp is None:
+        if first.dp is None:
             # plain SGD on everyone: Linear weights are updated inside their gradient bmm
             fuse_lr = lr if plain_sgd and index is None else None
             g, step_losses = _gradients(
-                stacked, w_act, x, y, mask, counts, per_example_loss, buffers if index is None else {}, fuse_lr
+                stacked, objective, w_act, b_act, batch, mask, grad_buffers if index is None else {}, fuse_lr
             )
         else:
             dps = [requests[k].dp for k in active]
             in_clip = affine is not None and affine.clipped
+            public = [0.0 if private is None else float(mask[row].sum() - private[row].sum()) for row in range(len(active))]
             g, loss_sums = private_stacked_gradients(
-                stacked, trainer.model, w_act, x, y, mask, per_example_loss, dps,
+                stacked, model, w_act, batch.x, batch, mask, lambda out, b: objective.per_example(out, b), dps,
                 [requests[k].dp.source(requests[k].generator) for k in active], workspace,
-                term=affine.values(w_act, index) if in_clip else None,
+                term=affine.values(w_act, index) if in_clip else None, private=private,
+                denominators=[dp.batch_size + pub for dp, pub in zip(dps, public)],
             )
             for dp in dps:
                 dp.count_step()
@@ -180,7 +214,11 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         with torch.no_grad():
             if not in_clip:  # a clipped term is already inside the private gradient
                 g = _apply_hooks(hooks, affine, w_act, g, active, index)
-            _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay)
+            m_act = None if masks is None else {n: v if index is None else v.index_select(0, index) for n, v in masks.items()}
+            _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay, m_act)
+            if index is not None:
+                for n, v in b_act.items():
+                    buffers[n].index_copy_(0, index, v)
         for row, k in enumerate(active):
             losses[k].append(float(step_losses[row]))
             examples[k] += int(counts[row])
@@ -188,32 +226,40 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     for k in range(len(requests)):
         seen = [v for v in losses[k] if not math.isnan(v)]
         stats = LocalStats(loss=sum(seen) / len(seen) if seen else float("nan"), steps=steps[k], examples=examples[k])
-        out.append(({n: w[n][k] for n in names}, stats))  # views into the stacked result
+        state = {n: w[n][k] for n in names} | {n: buffers[n][k] for n in buffers}  # views into the stacked result
+        out.append((state, stats))
     return out
 
 
-def _gradients(stacked: StackedModel, w, x, y, mask, counts, per_example_loss, buffers: dict, fuse_lr: float | None):
-    """Each client's gradient of its batch-mean loss, and the losses ``(K,)``.
+def _stack_masks(masks: list[Params], w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each masked parameter's masks ``(K, *shape)``, broadcast to the parameter's shape."""
+    return {n: torch.stack([m[n].to(w[n]).expand(w[n].shape[1:]) for m in masks]) for n in masks[0]}
+
+
+def _gradients(stacked: StackedModel, objective: Objective, w, buffers, batch: Batch, mask, grad_buffers: dict,
+               fuse_lr: float | None):
+    """Each client's gradient of its batch-mean objective, and the losses ``(K,)``.
 
     Linear layers' weight gradients ``a^T g`` are written by one bmm straight into
-    ``buffers`` (reused every step) from their recorded inputs and output gradients;
+    ``grad_buffers`` (reused every step) from their recorded inputs and output gradients;
     autograd computes only the output gradients and the other layers' gradients. With
     ``fuse_lr`` (plain SGD) Linear layers are instead updated in place,
     ``w <- w - lr a^T g`` in the same bmm, and left out of the returned gradients.
+    ``buffers`` (BatchNorm statistics, ``(K, *shape)``) are updated from the real rows.
     """
     k = mask.shape[0]
     records: list[LayerRecord] = []
     leaves = {n: v.detach().requires_grad_(True) for n, v in w.items()}
-    out = stacked(leaves, x, k, records)
-    batch_loss = (per_example_loss(out, y).reshape(k, -1) * mask).sum(1) / counts
+    out = stacked(leaves, batch.x, k, records, buffers=buffers, rows=mask)
+    batch_loss = _losses(objective, out, batch, mask)
     linear = [r for r in records if isinstance(r.module, nn.Linear)]
     by_bmm = {r.param_name(p) for r in linear for p in ("weight", "bias")}
     others = [n for n in leaves if n not in by_bmm]
-    grads = torch.autograd.grad(batch_loss.sum(), [r.output for r in linear] + [leaves[n] for n in others])
-    g = dict(zip(others, grads[len(linear):]))
+    grads = torch.autograd.grad(batch_loss.sum(), [r.output for r in linear] + [leaves[n] for n in others], allow_unused=True)
+    g = {n: torch.zeros_like(leaves[n]) if v is None else v for n, v in zip(others, grads[len(linear):])}
     with torch.no_grad():
         if fuse_lr is None:
-            _linear_grads(linear, grads[: len(linear)], g, buffers, k)
+            _linear_grads(linear, grads[: len(linear)], g, grad_buffers, k)
         else:
             _linear_updates(linear, grads[: len(linear)], w, fuse_lr, k)
     return g, batch_loss.detach()
@@ -248,12 +294,14 @@ def _linear_weights(model: nn.Module) -> list[str]:
     return [f"{name}.weight" if name else "weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 
-def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay: float) -> None:
-    """The serial trainer's update (g += wd w; buf = beta buf + g; w -= lr buf), in place on
-    the stacked tensors; with ``index``, only the active clients' rows change."""
+def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay: float, masks: dict | None = None) -> None:
+    """The serial trainer's update (g += wd w; g *= mask; buf = beta buf + g; w -= lr buf),
+    in place on the stacked tensors; with ``index``, only the active clients' rows change."""
     for name, grad in g.items():
         if weight_decay:
             grad.add_(w_act[name], alpha=weight_decay)
+        if masks is not None and name in masks:
+            grad.mul_(masks[name])
         if momentum is not None:
             if index is None:
                 grad = momentum[name].mul_(beta).add_(grad)
@@ -266,4 +314,4 @@ def _sgd_step(w, w_act, g, momentum, index, lr: float, beta: float, weight_decay
             w[name].index_copy_(0, index, w_act[name].sub_(grad, alpha=lr))
 
 
-__all__ = ["TrainRequest", "train_stacked"]
+__all__ = ["stacking_key", "train_stacked"]

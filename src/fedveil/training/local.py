@@ -1,8 +1,10 @@
 """Local training on one client: mini-batch SGD with momentum, weight decay and lr schedules.
 
-The trainer is functional: it takes a parameter dict and returns a new one, so the
-same code serves every algorithm (a ``grad_hook`` adds FedProx's proximal term,
-SCAFFOLD's control variates, ...) and every executor.
+The trainer is functional: it takes a model state (parameters and buffers) and returns a
+new one, so the same code serves every algorithm (a ``grad_hook`` adds FedProx's proximal
+term, SCAFFOLD's control variates, ...) and every executor. What a training does beyond
+plain SGD on the trainer's loss (another model variant, a whole-batch objective, a
+parameter mask, private and public rows) is said by its :class:`TrainRequest`.
 """
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ from typing import Callable, Iterator, Protocol
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from ..data.arrays import ArrayDataset
 from ..engine.grad_terms import AffineGradTerm
+from ..models.functional import buffer_names, forward, parameter_names
 from ..params import Params
-from ..privacy.dp_sgd import ExampleDP, private_gradient
-
-GradHook = Callable[[Params, Params], Params]
+from ..privacy.dp_sgd import ExampleDP, check_model_for_dp, private_gradient
+from ..privacy.randomness import permutation
+from .request import Batch, GradHook, Objective, TaskLoss, TrainRequest
 
 
 class SGDSettings(Protocol):
@@ -112,25 +114,37 @@ class LocalTrainer:
         b = self.config.batch_size
         return num_rows if b == 0 or b >= num_rows else b
 
-    def batch_indices(self, num_rows: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    def batch_indices(
+        self, num_rows: int, generator: torch.Generator, device: torch.device | None = None
+    ) -> Iterator[torch.Tensor]:
         """Row indices of each step: shuffled epochs, the last batch of an epoch may be short."""
         if num_rows == 0:
             raise ValueError("cannot train on a client with no training rows")
         batch, remaining = self._batch(num_rows), self.num_steps(num_rows)
         while remaining > 0:
-            order = torch.randperm(num_rows, generator=generator)
+            order = permutation(num_rows, generator, device)
             for start in range(0, num_rows, batch):
                 yield order[start : start + batch]
                 remaining -= 1
                 if remaining == 0:
                     return
 
-    def loss_and_grad(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> tuple[float, Params]:
-        """Mean loss on the batch and its gradient with respect to ``params``."""
+    def objective_of(self, request: TrainRequest) -> Objective:
+        return request.objective if request.objective is not None else TaskLoss(self.loss_fn)
+
+    def loss_and_grad(
+        self, params: Params, batch: Batch, model: nn.Module | None = None,
+        objective: Objective | None = None, buffers: Params | None = None,
+    ) -> tuple[float, Params]:
+        """Objective value on the batch and its gradient with respect to ``params``
+        (``buffers``, e.g. BatchNorm running statistics, are updated in place)."""
+        model = self.model if model is None else model
+        objective = TaskLoss(self.loss_fn) if objective is None else objective
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        loss = self.loss_fn(functional_call(self.model, leaves, (x,)), y)
-        grads = torch.autograd.grad(loss, list(leaves.values()))
-        return float(loss.detach()), dict(zip(leaves.keys(), grads))
+        out = forward(model, {**leaves, **(buffers or {})}, batch.x, train=True)
+        loss = objective.mean(out, batch)
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        return float(loss.detach()), {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), grads)}
 
     def train(
         self,
@@ -140,37 +154,52 @@ class LocalTrainer:
         round_idx: int,
         grad_hook: GradHook | None = None,
         dp: ExampleDP | None = None,
+        **request,
     ) -> tuple[Params, LocalStats]:
-        """Run local SGD (PyTorch semantics: g += wd*w; buf = m*buf + g; w -= lr*buf).
+        """Run local SGD on ``data`` from ``params``; the keyword arguments are the other
+        fields of :class:`TrainRequest` (``model``, ``objective``, ``param_mask``, ``private_rows``)."""
+        return self.run(TrainRequest(params, data, generator, round_idx, grad_hook, dp, **request))
+
+    def run(self, request: TrainRequest) -> tuple[Params, LocalStats]:
+        """Run one local training (PyTorch semantics: g += wd*w; buf = m*buf + g; w -= lr*buf).
 
         With ``dp`` each step's gradient is the DP-SGD estimate (clipped per-example
-        gradients, Gaussian noise, divided by the batch size); the algorithm's
-        ``grad_hook``, weight decay and momentum then act on it as post-processing,
-        except a ``clipped`` :class:`AffineGradTerm`, which is added to every
-        per-example gradient before clipping.
+        gradients of the private rows, Gaussian noise, public rows unclipped, divided by
+        the batch size); the algorithm's ``grad_hook``, weight decay and momentum then act
+        on it as post-processing, except a ``clipped`` :class:`AffineGradTerm`, which is
+        added to every per-example gradient before clipping. ``param_mask`` zeroes the
+        masked coordinates' gradient (noise included) before momentum, so they stay put.
         """
-        lr, c = self.lr_at(round_idx), self.config
+        model = self.model if request.model is None else request.model
+        objective, dp, grad_hook, mask = self.objective_of(request), request.dp, request.grad_hook, request.param_mask
+        lr, c = self.lr_at(request.round_idx), self.config
         in_clip = dp is not None and is_clipped_term(grad_hook)
         if dp is not None:
+            check_model_for_dp(model)
             dp.begin_training()
-        w = {k: v.detach().clone() for k, v in params.items()}
+        names = parameter_names(model)
+        w = {k: request.params[k].detach().clone() for k in names}
+        buffers = {k: request.params[k].detach().clone() for k in buffer_names(model)}
         momentum: Params | None = None
         losses, examples = [], 0
-        for idx in self._batches(len(data), generator, dp):
+        for idx, private in self.step_rows(request):
+            batch = Batch.of(request.data, idx)
             if dp is None:
-                loss, g = self.loss_and_grad(w, data.x[idx], data.y[idx])
+                loss, g = self.loss_and_grad(w, batch, model, objective, buffers)
             else:
-                private = private_gradient(
-                    self.model, w, data.x[idx], data.y[idx], self.loss_fn, clip=dp.clip,
-                    noise_multiplier=dp.noise_multiplier, denominator=dp.batch_size, generator=dp.source(generator),
-                    extra_grad=grad_hook.value if in_clip else None,
+                step = private_gradient(
+                    model, w, batch.x, batch, objective.mean, clip=dp.clip, noise_multiplier=dp.noise_multiplier,
+                    denominator=dp.batch_size + len(idx) - private, generator=dp.source(request.generator),
+                    extra_grad=grad_hook.value if in_clip else None, private_rows=private,
                 )
-                loss, g = private.loss, private.grad
+                loss, g = step.loss, step.grad
                 dp.count_step()
             if grad_hook is not None and not in_clip:
                 g = grad_hook(w, g)
             if c.weight_decay:
                 g = {k: g[k] + c.weight_decay * w[k] for k in w}
+            if mask is not None:
+                g = {k: g[k] * mask[k] if k in mask else g[k] for k in w}
             if c.momentum:
                 momentum = g if momentum is None else {k: c.momentum * momentum[k] + g[k] for k in w}
                 g = momentum
@@ -179,9 +208,42 @@ class LocalTrainer:
             examples += len(idx)
         seen = [x for x in losses if not math.isnan(x)]  # an empty Poisson batch has no loss
         mean_loss = sum(seen) / len(seen) if seen else float("nan")
-        return w, LocalStats(loss=mean_loss, steps=len(losses), examples=examples)
+        return {**w, **buffers}, LocalStats(loss=mean_loss, steps=len(losses), examples=examples)
 
-    def _batches(self, num_rows: int, generator: torch.Generator, dp: ExampleDP | None) -> Iterator[torch.Tensor]:
+    def step_rows(self, request: TrainRequest) -> Iterator[tuple[torch.Tensor, int]]:
+        """Each step's row indices and how many of them (the first ones) are private.
+
+        Without DP every row is treated alike. Under DP-SGD the private rows
+        ``[0, num_private)`` are sampled by the DP sampler (and only they are accounted);
+        public rows are added by plain shuffled batches from the client's generator, in
+        the same proportion: ``round(B_k * n_public / n_private)`` rows a step (at least 1).
+        """
+        dp, n, device = request.dp, len(request.data), request.data.x.device
         if dp is None:
-            return self.batch_indices(num_rows, generator)
-        return dp.batches(num_rows, self.num_steps(num_rows, dp), generator)
+            for idx in self.batch_indices(n, request.generator, device):
+                yield idx, len(idx)
+            return
+        n_private = request.num_private
+        private = dp.batches(n_private, self.num_steps(n_private, dp), request.generator, device)
+        if not request.num_public:
+            for idx in private:
+                yield idx, len(idx)
+            return
+        public_batch = public_batch_size(dp.batch_size, n_private, request.num_public)
+        public = _shuffled(request.num_public, public_batch, request.generator, device)
+        for idx in private:
+            yield torch.cat([idx, next(public) + n_private]), len(idx)
+
+
+
+def public_batch_size(private_batch: int, n_private: int, n_public: int) -> int:
+    """Public rows added to each DP-SGD step: the private batch's share of the private rows."""
+    return min(n_public, max(1, round(private_batch * n_public / n_private)))
+
+
+def _shuffled(n: int, batch: int, generator: torch.Generator, device: torch.device) -> Iterator[torch.Tensor]:
+    """Endless shuffled batches of ``batch`` rows (a new permutation every epoch, last partial dropped)."""
+    while True:
+        order = permutation(n, generator, device)
+        for start in range(0, n - batch + 1, batch):
+            yield order[start : start + batch]

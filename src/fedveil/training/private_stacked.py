@@ -64,8 +64,8 @@ def _matrix_sq_norms(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, to
         return a.square().sum((1, 2)) * g.square().sum((1, 2)), None
     ghost = t * t <= p * q
     keep = not ghost and n * p * q <= MATERIALISE_LIMIT
-    out = torch.empty(n, dtype=a.dtype)
-    per_example = torch.empty(n, q, p, dtype=a.dtype) if keep else None
+    out = torch.empty(n, dtype=a.dtype, device=a.device)
+    per_example = torch.empty(n, q, p, dtype=a.dtype, device=a.device) if keep else None
     for s in range(0, n, CHUNK):
         a_s, g_s = a[s : s + CHUNK], g[s : s + CHUNK]
         if ghost:
@@ -188,7 +188,7 @@ def _embedding(m: nn.Embedding, saved: list[torch.Tensor], grads: list[torch.Ten
     sq = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        table = torch.zeros(k * m.num_embeddings, m.embedding_dim, dtype=g.dtype)
+        table = torch.zeros(k * m.num_embeddings, m.embedding_dim, dtype=g.dtype, device=g.device)
         table.index_add_(0, idx.reshape(-1), (g * c.view(-1, 1, 1)).reshape(-1, m.embedding_dim))
         return {"weight": table.reshape(k, m.num_embeddings, m.embedding_dim)}
 
@@ -211,7 +211,7 @@ def _noise(
     for name in stacked.names:
         buf = workspace.get(name)
         if buf is None or buf.shape != w[name].shape:
-            buf = workspace[name] = torch.empty(w[name].shape, dtype=w[name].dtype)
+            buf = workspace[name] = torch.empty_like(w[name])
         noise[name] = buf
 
     def fill(rows: range) -> None:
@@ -268,6 +268,8 @@ def private_stacked_gradients(
     generators: list[RandomSource],
     workspace: dict | None = None,
     term: dict[str, torch.Tensor] | None = None,
+    private: torch.Tensor | None = None,
+    denominators: list[float] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
 
@@ -278,7 +280,10 @@ def private_stacked_gradients(
     ``term`` (``(K, *shape)`` per parameter) is an example-independent gradient added to
     every example's gradient before clipping: ``||g_i + r||^2 = ||g_i||^2 + 2 <g_i, r> +
     ||r||^2`` with the inner products from the same records, and the clipped sum gains
-    ``(sum_i c_i) r`` (spec 002 §1.2 note).
+    ``(sum_i c_i) r`` (spec 002 §1.2 note). ``private (K, B)`` marks the private rows of a
+    mixed batch (``None``: all rows are): public rows enter unclipped (factor 1), and
+    ``denominators`` (one per client; default its ``batch_size``) then count them too.
+    ``y`` is whatever ``per_example_loss(out, y)`` takes (targets, or a training batch).
     """
     k = len(dps)
     records: list[LayerRecord] = []
@@ -295,10 +300,15 @@ def private_stacked_gradients(
         sq = sum(rule[0] for rule in rules)
         if term is not None:
             sq = sq + _term_norm_terms(records, rules, term, k, mask.shape[1])
-        clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype).repeat_interleave(mask.shape[1])
-        denominator = torch.tensor([float(dp.batch_size) for dp in dps], dtype=sq.dtype)
+        clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype, device=sq.device).repeat_interleave(mask.shape[1])
+        if denominators is None:
+            denominators = [float(dp.batch_size) for dp in dps]
+        denominator = torch.tensor(denominators, dtype=sq.dtype, device=sq.device)
+        clipped = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0)
+        if private is not None:  # public rows are not clipped
+            clipped = torch.where(private.reshape(-1) > 0, clipped, torch.ones_like(clipped))
         # clip factor and the division by the client's denominator in one scale per example
-        factors = (clip / (sq.sqrt() + CLIP_EPS)).clamp(max=1.0) * flat_mask / denominator.repeat_interleave(mask.shape[1])
+        factors = clipped * flat_mask / denominator.repeat_interleave(mask.shape[1])
         grads: dict[str, torch.Tensor] = {}
         for rec, (_, clipped_sums, _) in zip(records, rules):
             for pname, value in clipped_sums(factors, k).items():
@@ -311,7 +321,7 @@ def private_stacked_gradients(
             for name, r in term.items():
                 grads[name] = grads[name] + factor_sums.view(-1, *([1] * (r.dim() - 1))) * r
         noise = _noise(stacked, w, generators, {} if workspace is None else workspace)
-        scale = torch.tensor([dp.clip * dp.noise_multiplier / dp.batch_size for dp in dps], dtype=sq.dtype)
+        scale = torch.tensor([dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)], dtype=sq.dtype, device=sq.device)
         noisy = {}
         for name in stacked.names:
             per_client = (-1,) + (1,) * (grads[name].dim() - 1)
