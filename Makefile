@@ -5,7 +5,8 @@
 # pulls a CUDA build (PyPI's Linux torch wheel is one) on a CPU machine; fedveil's own
 # install then keeps it. On a GPU machine use `make demo TORCH=torch` (any other TORCH
 # skips the CPU index: pip installs PyPI's CUDA build); `make clean` first to replace a
-# CPU torch already in .venv.
+# CPU torch already in .venv. Offline (a local wheel mirror only) the CPU index fails
+# fast (one retry) and the local CPU wheel is used.
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_CPU   := torch==2.13.0
@@ -18,7 +19,7 @@ PIP         := $(PY) -m pip install --quiet --disable-pip-version-check
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(PIP) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --retries 1 --timeout 20) "$(TORCH)"
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.torch pyproject.toml
