@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from scipy import stats
 from torch import nn
 
+from . import checks
 from .composition import epsilon as accounted_epsilon_of
 from .dp_sgd import poisson_batches, private_gradient
 
@@ -100,12 +101,10 @@ class AuditResult:
 
 def clopper_pearson(successes: int, n: int, confidence: float) -> tuple[float, float]:
     """Two-sided Clopper-Pearson interval for a binomial proportion at level ``confidence``."""
-    if n <= 0:
-        raise ValueError(f"need n > 0, got {n}")
+    checks.integer("n", n, minimum=1)
     if not 0 <= successes <= n:
         raise ValueError(f"successes must be in [0, {n}], got {successes}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    checks.fraction("confidence", confidence)
     alpha = 1.0 - confidence
     lo = 0.0 if successes == 0 else float(stats.beta.ppf(alpha / 2, successes, n - successes + 1))
     hi = 1.0 if successes == n else float(stats.beta.ppf(1 - alpha / 2, successes + 1, n - successes))
@@ -169,14 +168,13 @@ def epsilon_lower_bound(
         raise ValueError("need at least one in-score and one out-score")
     if np.isnan(s_in).any() or np.isnan(s_out).any():
         raise ValueError("scores must not be NaN")
-    if not 0 <= delta < 1:
-        raise ValueError(f"delta must be in [0, 1), got {delta}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    checks.fraction("delta", delta, zero=True)
+    checks.fraction("confidence", confidence)
+    checks.one_of("select", select, ("max", "split"))
     if select == "max":
         eval_in, eval_out = s_in, s_out
         eps, t = _best_threshold(s_in, s_out, delta, confidence)
-    elif select == "split":
+    else:  # "split"
         if len(s_in) < 2 or len(s_out) < 2:
             raise ValueError("select='split' needs at least two scores on each side")
         h_in, h_out = len(s_in) // 2, len(s_out) // 2
@@ -184,8 +182,6 @@ def epsilon_lower_bound(
         eval_in, eval_out = s_in[h_in:], s_out[h_out:]
         fp, fn = _counts(eval_in, eval_out, t)
         eps = _bound(fp, len(eval_out), fn, len(eval_in), delta, confidence)
-    else:
-        raise ValueError(f"select must be 'max' or 'split', got {select!r}")
     fp, fn = _counts(eval_in, eval_out, t)
     return AuditResult(
         epsilon_lower_bound=max(eps, 0.0),

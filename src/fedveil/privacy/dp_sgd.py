@@ -23,6 +23,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_map
 
 from ..params import Params
+from . import checks
 from .randomness import SECURE, RandomSource, permutation, standard_normal, uniform
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -112,8 +113,7 @@ def clip_factors(grads: Params, clip: float) -> tuple[torch.Tensor, torch.Tensor
     The norm is taken over all tensors together: per-tensor row norms, then their norm
     (no concatenation of the flattened gradients).
     """
-    if clip <= 0:
-        raise ValueError(f"clip must be > 0, got {clip}")
+    checks.positive("clip", clip)
     rows = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]
     norms = torch.linalg.vector_norm(torch.stack(rows), dim=0)
     return (clip / (norms + CLIP_EPS)).clamp(max=1.0), norms
@@ -128,8 +128,8 @@ def clip_per_example(grads: Params, clip: float) -> tuple[Params, torch.Tensor]:
 def add_gaussian_noise(summed: Params, clip: float, noise_multiplier: float, generator: RandomSource) -> Params:
     """``summed + C * z * N(0, I)``, drawn from ``generator`` (a seeded torch generator or
     :data:`~fedveil.privacy.randomness.SECURE`) tensor by tensor in key order."""
-    if clip <= 0 or noise_multiplier < 0:
-        raise ValueError(f"need clip > 0 and noise_multiplier >= 0, got {clip} and {noise_multiplier}")
+    checks.positive("clip", clip)
+    checks.positive("noise_multiplier", noise_multiplier, allow_zero=True)
     std = clip * noise_multiplier
     return {k: v + std * standard_normal(v.shape, generator, v.dtype, device=v.device) for k, v in summed.items()}
 
@@ -168,8 +168,7 @@ def private_gradient(
     are private and clipped; the others are public and enter the sum unclipped (their
     influence needs no bound), so the noise still covers exactly the private rows.
     """
-    if denominator <= 0:
-        raise ValueError(f"denominator must be > 0, got {denominator}")
+    checks.positive("denominator", denominator)
     if len(x) == 0:
         summed = {k: torch.zeros_like(v) for k, v in params.items()}
         loss_sum = 0.0
@@ -191,8 +190,7 @@ def poisson_batches(
     ``sample_rate`` (the sampled Gaussian mechanism's sampling); batches may be empty.
     Drawn where ``generator`` lives, the indices are moved to ``device`` (that of the rows)."""
     _check_steps(n, steps)
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    checks.fraction("sample_rate", sample_rate, one=True)
     for _ in range(steps):
         rows = torch.nonzero(uniform(n, generator) < sample_rate).flatten()
         yield rows if device is None else rows.to(device)
@@ -222,8 +220,7 @@ def shuffled_batches(
 def _check_steps(n: int, steps: int) -> None:
     if n <= 0:
         raise ValueError(f"cannot sample batches from {n} rows")
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+    checks.integer("steps", steps)
 
 
 @dataclass
