@@ -16,7 +16,8 @@ PACKAGE = Path(fedveil.__file__).parent
 # Lowest first; a package may import only packages of a strictly lower layer.
 LAYERS = [
     {"__init__", "errors", "params", "registry", "seeding"},
-    {"data", "models", "engine"},
+    {"data", "models"},
+    {"engine"},  # stacked kernels for the models' own layers (GradientReversal)
     {"metrics"},  # evaluation metrics read data.arrays
     {"privacy"},
     {"training", "theory", "pets"},

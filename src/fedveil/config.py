@@ -115,8 +115,9 @@ class ClientConfig(_Section):
     lr: float = Field(0.05, gt=0.0)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
-    lr_schedule: Literal["constant", "step", "exponential", "cosine"] = Field(
-        "constant", description="learning rate per round: constant, step decay, exponential decay, cosine to 0"
+    lr_schedule: Literal["constant", "step", "exponential", "cosine", "dann"] = Field(
+        "constant", description="learning rate per round: constant, step decay, exponential decay, cosine to 0, "
+        "dann = lr (1 + 10 round / rounds)^-0.75 (DANN / FADE)"
     )
     lr_decay: float = Field(0.1, gt=0.0, le=1.0, description="factor for step / per-round factor for exponential")
     lr_step_rounds: int = Field(50, ge=1, description="rounds between decays of the step schedule")

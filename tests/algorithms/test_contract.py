@@ -32,8 +32,15 @@ def _tensors_only(tree):
     return isinstance(tree, (torch.Tensor, int, float))
 
 
+# Methods whose model cannot be the toy harness's linear regressor; each names the test
+# that checks the same promise with its own model.
+OWN_HARNESS = {"fade": "tests/runtime/test_fade.py::test_state_is_plain_checkpointable_data"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_state_is_plain_checkpointable_data(name):
+    if name in OWN_HARNESS:
+        pytest.skip(f"needs its own model and data: checked by {OWN_HARNESS[name]}")
     run = run_rounds(make_algorithm(name, client={"batch_size": 2}), 2, cohorts=[[0, 2], [1, 2]])
     states = {"server": run.server, "clients": {c: s for c, s in run.clients.items() if s is not None}}
     assert _tensors_only(states)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedveil.algorithms import ALGORITHMS
-from tiny_runs import merge, rows_of, tiny_config, without_wall_clock
+from tiny_runs import algorithm_sections, merge, rows_of, tiny_config, without_wall_clock
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -67,6 +67,7 @@ def test_serial_and_vectorized_agree(tmp_path, name, level):
         "checkpoint": {"every": 0},
         "privacy": PRIVACY[level],
     }
+    sections = algorithm_sections(name, sections)
     results = {}
     for executor in ("serial", "vectorized"):
         out = tmp_path / executor

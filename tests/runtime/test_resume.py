@@ -8,6 +8,7 @@ from fedveil.algorithms import ALGORITHMS
 from fedveil.runtime import Callback, Simulation, run
 from fedveil.runtime.sampling import client_schedule
 from tiny_runs import (
+    algorithm_sections,
     assert_same_state,
     load_checkpoint,
     merge,
@@ -101,7 +102,7 @@ def test_resume_equals_uninterrupted(tmp_path, case):
 def test_every_algorithm_resumes_exactly(tmp_path, algorithm):
     """Server optimiser moments (FedAvgM/Adam/Yogi), client models (local), control
     variates (SCAFFOLD): whatever state an algorithm keeps survives the checkpoint."""
-    config = tiny_config(algorithm={"name": algorithm}, federation={"rounds": 4, "sampling": "poisson"})
+    config = tiny_config(**algorithm_sections(algorithm, {"federation": {"rounds": 4, "sampling": "poisson"}}))
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run(config, full, progress=False)
     with pytest.raises(Killed):

@@ -23,6 +23,21 @@ BASE: dict[str, Any] = {
 
 WALL_CLOCK_KEYS = {"elapsed_s", "wall_time_s"}
 
+# Algorithms that need their own model and data in registry-driven tests (everything else
+# runs BASE's model on digits): merged over a test's sections.
+ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
+    "fade": {
+        "algorithm": {"group_key": "domain"},
+        "model": {"name": "fade_mlp", "options": {"hidden": [8], "z_dim": 8, "disc_hidden": [8], "groups": 6}},
+        "data": {"name": "rotated_digits", "num_clients": 6, "options": {"num_domains": 6}, "partition": {"name": "domain"}},
+    },
+}
+
+
+def algorithm_sections(name: str, sections: dict[str, Any]) -> dict[str, Any]:
+    """``sections`` with algorithm ``name`` and whatever model and data it needs."""
+    return merge(merge(sections, {"algorithm": {"name": name}}), ALGORITHM_SETUP.get(name, {}))
+
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)

@@ -235,37 +235,67 @@ class NaturalPartitioner(Partitioner):
 
 class DomainParams(PartitionParams):
     key: str = Field("domain", min_length=1, description="group that holds the domain id")
+    clients_per_domain: list[int] | None = Field(
+        None,
+        description="clients of each domain in sorted domain order (sums to num_clients); "
+        "default: spread evenly",
+    )
 
 
-@PARTITIONERS.register("domain", "clients spread evenly over domains, IID within each domain")
+@PARTITIONERS.register("domain", "clients spread evenly (or as clients_per_domain says) over domains, IID within each")
 class DomainPartitioner(Partitioner):
     """Feature-skew split of FedBN / Split-Mix: every client lives in one domain.
 
     Domains (sorted by id) get ``num_clients // D`` clients each and the first
-    ``num_clients % D`` domains one more; clients are numbered domain by domain, and the
-    rows of a domain are split IID among its clients.
+    ``num_clients % D`` domains one more, unless ``clients_per_domain`` gives each domain's
+    count (FADE's Adult fairness setting, §6.1: ``key="sex"``, ``[1, m]`` = one female user
+    and m male users). Clients are numbered domain by domain, and the rows of a domain are
+    split IID into near-equal shares among its clients.
     """
 
     Params = DomainParams
     params: DomainParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-        values = group_values(data, self.params.key, "domain")
+        key = self.params.key
+        values = group_values(data, key, "domain")
         check_num_clients(num_clients, len(values))
         domains = np.unique(values)
-        if num_clients < len(domains):
-            raise DataError(
-                f"domain: {len(domains)} domains need at least one client each, got num_clients={num_clients}; "
-                f"use num_clients >= {len(domains)}"
-            )
+        counts = self._counts(domains, num_clients)
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         first = 0
-        for d, domain in enumerate(domains):
-            count = num_clients // len(domains) + (d < num_clients % len(domains))
+        for domain, count in zip(domains, counts):
             owners = list(range(first, first + count))
-            deal_evenly(np.flatnonzero(values == domain), owners, parts, rng, f"domain {domain}")
+            deal_evenly(np.flatnonzero(values == domain), owners, parts, rng, f"domain {key}={domain}")
             first += count
         return finish(parts, "use fewer clients")
+
+    def _counts(self, domains: np.ndarray, num_clients: int) -> list[int]:
+        """Clients per domain: the configured ``clients_per_domain``, checked, or an even spread."""
+        given, key, d = self.params.clients_per_domain, self.params.key, len(domains)
+        if given is None:
+            if num_clients < d:
+                raise DataError(
+                    f"domain: {d} domains need at least one client each, got num_clients={num_clients}; "
+                    f"use num_clients >= {d}"
+                )
+            return [num_clients // d + (i < num_clients % d) for i in range(d)]
+        ids = ", ".join(str(v) for v in domains.tolist())
+        if len(given) != d:
+            raise DataError(
+                f"domain: clients_per_domain has {len(given)} entries but '{key}' has {d} domains ({ids}); "
+                f"give one count per domain in that order"
+            )
+        if min(given) < 1:
+            raise DataError(
+                f"domain: clients_per_domain={given} gives a domain no client; every domain ({ids}) needs >= 1"
+            )
+        if sum(given) != num_clients:
+            raise DataError(
+                f"domain: clients_per_domain={given} sums to {sum(given)} but num_clients={num_clients}; "
+                f"set num_clients={sum(given)}"
+            )
+        return list(given)
 
 
 class ClassWindowParams(PartitionParams):

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from ..models.layers import GradientReversal, reverse_gradient
 from ..params import Params
 
 Stacked = dict[str, torch.Tensor]  # parameter name -> (K, *shape)
@@ -174,9 +175,17 @@ def _batch_norm(m: nn.modules.batchnorm._BatchNorm, p: Stacked, buffers: Stacked
     return out.reshape(x.shape), x
 
 
+def _gradient_reversal(m: nn.Module, p: Stacked, buffers: Stacked, x: torch.Tensor, k: int,
+                       rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:class:`~fedveil.models.fade.GradientReversal` with each client's own ``lam``."""
+    lam = buffers["lam"].to(x.dtype).repeat_interleave(x.shape[0] // k).view(-1, *([1] * (x.dim() - 1)))
+    return reverse_gradient(x, lam), x
+
+
 BUFFERED: dict[type, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     nn.BatchNorm1d: _batch_norm,
     nn.BatchNorm2d: _batch_norm,
+    GradientReversal: _gradient_reversal,
 }
 
 
@@ -227,7 +236,7 @@ class _StackedInterpreter(fx.Interpreter):
             return super().call_module(target, args, kwargs)
         else:
             out, saved = BATCHED[type(module)](module, params, *args, self.k, **kwargs)
-        if self.record is not None:
+        if self.record is not None and own:
             self.record.append(LayerRecord(target, module, out, saved))
         return out
 

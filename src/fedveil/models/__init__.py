@@ -11,7 +11,7 @@ shape ``(N, 1)``.
 """
 from __future__ import annotations
 
-from . import cnn, linear, lstm, mlp, resnet  # noqa: F401  (each registers its builders on MODELS)
+from . import cnn, fade, linear, lstm, mlp, resnet  # noqa: F401  (each registers its builders on MODELS)
 from .zoo import MODELS, ModelBuilder, build_model, image_input, model_options, num_outputs, scaled
 
 __all__ = ["MODELS", "ModelBuilder", "build_model", "image_input", "model_options", "num_outputs", "scaled"]

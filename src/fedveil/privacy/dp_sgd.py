@@ -60,6 +60,7 @@ def per_example_grads(
     y: torch.Tensor,
     loss_fn: LossFn,
     extra_grad: ExtraGrad | None = None,
+    buffers: Params | None = None,
 ) -> tuple[Params, torch.Tensor]:
     """Per-example gradients ``{name: (B, *shape)}`` and per-example losses ``(B,)``.
 
@@ -68,13 +69,14 @@ def per_example_grads(
     (a tensor, or a training :class:`~fedveil.training.request.Batch` with group labels). ``extra_grad(params)`` is the gradient of an example-independent term of the
     per-example objective (e.g. MR-MTL's ``λ(w - w̄)`` of ``λ/2 ||w - w̄||²``), a dict over
     some or all parameter names; it is added to every per-example gradient, so it is clipped together with the data gradient
-    (spec 002 §1.2 note). Buffers of ``model`` are passed through unchanged. ``B`` must be > 0.
+    (spec 002 §1.2 note). ``buffers`` (default: the model's own) are read, never updated
+    (DP-SGD refuses layers that update them from the batch). ``B`` must be > 0.
     Models with ``nn.RNNBase`` layers (char_lstm) loop over the examples with autograd.
     """
     if len(x) == 0:
         raise ValueError("per_example_grads needs at least one example")
     params = {k: v.detach() for k, v in params.items()}
-    buffers = dict(model.named_buffers())
+    buffers = dict(model.named_buffers()) if buffers is None else buffers
 
     def example_loss(p: Params, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
@@ -159,6 +161,7 @@ def private_gradient(
     generator: RandomSource,
     extra_grad: ExtraGrad | None = None,
     private_rows: int | None = None,
+    buffers: Params | None = None,
 ) -> PrivateGradient:
     """One privatised gradient (spec 002 §1.2): clip, sum, add ``C z N(0, I)``, divide.
 
@@ -173,7 +176,7 @@ def private_gradient(
         summed = {k: torch.zeros_like(v) for k, v in params.items()}
         loss_sum = 0.0
     else:
-        grads, losses = per_example_grads(model, params, x, y, loss_fn, extra_grad)
+        grads, losses = per_example_grads(model, params, x, y, loss_fn, extra_grad, buffers)
         factors, _ = clip_factors(grads, clip)
         if private_rows is not None:
             factors[private_rows:] = 1.0

@@ -113,7 +113,10 @@ class RunPrivacy:
         cfg = self.config
         name = type(algorithm).__name__
         if not algorithm.supports_example_dp:
-            raise ConfigError(f"privacy.level: algorithm {name} does not support example-level DP")
+            raise ConfigError(
+                f"privacy.level: algorithm {name} does not support example-level DP with these settings "
+                "(its loss couples the examples of a batch, or it sends more than DP-SGD protects)"
+            )
         try:
             check_model_for_dp(model)
         except ValueError as err:

@@ -4,7 +4,10 @@
 (Liu, thesis §1.6, App. D-E; spec 002 §3).
 :mod:`fedveil.theory.gd_risk_bounds`: expected risk upper bounds of private GD under uniform
 and dynamic noise schedules, and the number of steps minimising them (Hong, dissertation Ch. 2).
+:mod:`fedveil.theory.fade_analysis`: FADE's optimal discriminator and expected discrepancy on
+discrete distributions, and its minimum at balanced groups (Hong, dissertation §3.4).
 """
+from .fade_analysis import balanced_minimum, discrepancy, optimal_discriminator, squared_discrepancy
 from .gd_risk_bounds import (
     best_T_dynamic,
     best_T_uniform,
@@ -37,6 +40,10 @@ from .mean_estimation import (
 )
 
 __all__ = [
+    "balanced_minimum",
+    "discrepancy",
+    "optimal_discriminator",
+    "squared_discrepancy",
     "best_T_dynamic",
     "best_T_uniform",
     "closed_form_T_dynamic",

@@ -206,7 +206,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
                 stacked, model, w_act, batch.x, batch, mask, lambda out, b: objective.per_example(out, b), dps,
                 [requests[k].dp.source(requests[k].generator) for k in active], workspace,
                 term=affine.values(w_act, index) if in_clip else None, private=private,
-                denominators=[dp.batch_size + pub for dp, pub in zip(dps, public)],
+                denominators=[dp.batch_size + pub for dp, pub in zip(dps, public)], buffers=b_act,
             )
             for dp in dps:
                 dp.count_step()
@@ -267,6 +267,8 @@ def _gradients(stacked: StackedModel, objective: Objective, w, buffers, batch: B
 
 def _linear_updates(linear: list[LayerRecord], out_grads, w: dict, lr: float, k: int) -> None:
     for rec, go in zip(linear, out_grads):
+        if go is None:  # the objective did not use this layer's output: no update
+            continue
         a = rec.saved.reshape(k, -1, rec.module.in_features)
         go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
         w[rec.param_name("weight")].baddbmm_(go, a, alpha=-lr)
@@ -276,6 +278,12 @@ def _linear_updates(linear: list[LayerRecord], out_grads, w: dict, lr: float, k:
 
 def _linear_grads(linear: list[LayerRecord], out_grads, g: dict, buffers: dict, k: int) -> None:
     for rec, go in zip(linear, out_grads):
+        if go is None:  # the objective did not use this layer's output: zero gradient
+            for param, value in rec.module.named_parameters(recurse=False):
+                name = rec.param_name(param)
+                if name not in g:
+                    g[name] = torch.zeros(k, *value.shape, dtype=rec.saved.dtype, device=rec.saved.device)
+            continue
         a = rec.saved.reshape(k, -1, rec.module.in_features)
         go = go.reshape(k, -1, rec.module.out_features).transpose(1, 2)
         name = rec.param_name("weight")

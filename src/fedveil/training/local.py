@@ -34,7 +34,7 @@ class SGDSettings(Protocol):
     lr: float
     momentum: float
     weight_decay: float
-    lr_schedule: str  # constant | step | exponential | cosine
+    lr_schedule: str  # constant | step | exponential | cosine | dann
     lr_decay: float
     lr_step_rounds: int
 
@@ -98,6 +98,8 @@ class LocalTrainer:
             return c.lr * c.lr_decay ** (round_idx // c.lr_step_rounds)
         if c.lr_schedule == "exponential":
             return c.lr * c.lr_decay**round_idx
+        if c.lr_schedule == "dann":  # DANN / FADE (spec 004 §1.10), per round: lr (1 + 10 t / T)^-0.75
+            return c.lr * (1 + 10 * round_idx / self.total_rounds) ** -0.75
         return 0.5 * c.lr * (1 + math.cos(math.pi * round_idx / self.total_rounds))  # cosine
 
     def num_steps(self, num_rows: int, dp: ExampleDP | None = None) -> int:
@@ -190,7 +192,7 @@ class LocalTrainer:
                 step = private_gradient(
                     model, w, batch.x, batch, objective.mean, clip=dp.clip, noise_multiplier=dp.noise_multiplier,
                     denominator=dp.batch_size + len(idx) - private, generator=dp.source(request.generator),
-                    extra_grad=grad_hook.value if in_clip else None, private_rows=private,
+                    extra_grad=grad_hook.value if in_clip else None, private_rows=private, buffers=buffers,
                 )
                 loss, g = step.loss, step.grad
                 dp.count_step()

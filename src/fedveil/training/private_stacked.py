@@ -270,6 +270,7 @@ def private_stacked_gradients(
     term: dict[str, torch.Tensor] | None = None,
     private: torch.Tensor | None = None,
     denominators: list[float] | None = None,
+    buffers: dict[str, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
 
@@ -283,16 +284,19 @@ def private_stacked_gradients(
     ``(sum_i c_i) r`` (spec 002 §1.2 note). ``private (K, B)`` marks the private rows of a
     mixed batch (``None``: all rows are): public rows enter unclipped (factor 1), and
     ``denominators`` (one per client; default its ``batch_size``) then count them too.
-    ``y`` is whatever ``per_example_loss(out, y)`` takes (targets, or a training batch).
+    ``y`` is whatever ``per_example_loss(out, y)`` takes (targets, or a training batch);
+    ``buffers`` (``(K, *shape)``) are the clients' read-only buffers (e.g. a gradient reversal's lambda).
     """
     k = len(dps)
     records: list[LayerRecord] = []
     leaves = {n: v.detach().requires_grad_(True) for n, v in w.items()}
-    out = stacked(leaves, x, k, records)
+    out = stacked(leaves, x, k, records, buffers=buffers, rows=mask)
     flat_mask = mask.reshape(-1)
     losses = per_example_loss(out, y) * flat_mask
     outputs = [r.output for r in records]
-    out_grads = torch.autograd.grad(losses.sum(), outputs)
+    out_grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)
+    # a layer whose output the objective does not use (an opted-out discriminator) has zero gradients
+    out_grads = [torch.zeros_like(o) if g is None else g for o, g in zip(outputs, out_grads)]
     with torch.no_grad():
         layers = _layer_calls(records, out_grads)
         records = [rec for rec, _, _ in layers]
