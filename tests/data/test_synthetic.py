@@ -175,3 +175,12 @@ def test_mnist_base_goes_through_the_registered_loader(monkeypatch):
     domain = src.train.groups["domain"]
     assert src.train.x.shape == (40, 1, 28, 28)
     assert torch.allclose(src.train.x[domain == 1], torch.rot90(base[domain == 1], 2, dims=(-2, -1)))
+
+
+def test_synthetic_images_can_carry_a_group_label():
+    from fedveil.data.synthetic_images import load_synthetic_images
+
+    source = load_synthetic_images(channels=1, height=2, width=2, rows=7, test_rows=3, groups=3)
+    assert source.train.groups["group"].tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert source.test.groups["group"].tolist() == [0, 1, 2]
+    assert "group" not in load_synthetic_images(channels=1, height=2, width=2, rows=4).train.groups

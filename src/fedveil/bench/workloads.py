@@ -30,6 +30,9 @@ class Workload:
     steps: int = 10
     batch: int = 32
     lr: float = 0.05
+    algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
+    data_options: dict[str, Any] = field(default_factory=dict)
+    fedveil_only: bool = False  # a method round the baselines do not implement
 
     @property
     def rows_per_client(self) -> int:
@@ -42,6 +45,10 @@ WORKLOADS: dict[str, Workload] = {
         Workload("mlp", "mlp", (1, 28, 28)),
         Workload("lenet", "lenet", (1, 28, 28)),
         Workload("resnet", "resnet", (3, 32, 32), {"depth": 1, "width": 0.5, "groups": 4}),
+        # FADE's round (Adult-sized MLP with discriminator, power loss so DP-SGD applies)
+        Workload("fade", "fade_mlp", (1, 10, 11), num_classes=2,
+                 algorithm={"name": "fade", "group_key": "group", "adversarial_loss": "power", "guard": None},
+                 data_options={"groups": 2}, fedveil_only=True),
         # for tests: a seconds-long run of every system
         Workload("tiny", "mlp", (1, 6, 6), {"hidden": [16]}, num_classes=4, steps=2, batch=4),
     )
@@ -92,11 +99,11 @@ def fedveil_config(case: Case, executor: str) -> dict[str, Any]:
             "partition": {"name": "iid"},
             "options": {
                 "channels": c, "height": h, "width": wd, "num_classes": w.num_classes,
-                "rows": case.clients * w.rows_per_client, "test_rows": TEST_ROWS,
+                "rows": case.clients * w.rows_per_client, "test_rows": TEST_ROWS, **w.data_options,
             },
         },
         "model": {"name": w.model, "options": dict(w.model_options)},
-        "algorithm": {"name": "fedavg"},
+        "algorithm": dict(w.algorithm),
         "client": {"steps": w.steps, "batch_size": w.batch, "lr": w.lr},
         "federation": {"rounds": case.warmup + case.rounds, "clients_per_round": case.clients},
     }
@@ -160,7 +167,8 @@ def suite(
             continue
         for clients in cohorts or ((10,) if quick else COHORTS):
             n = rounds or measured or FULL_ROUNDS.get(clients, 2)
-            cases += [
-                Case(name, s, clients, private, n, steps=steps, threads=threads, device=device) for s in systems or plan_systems
-            ]
+            chosen_systems = systems or plan_systems
+            if WORKLOADS[name].fedveil_only:
+                chosen_systems = [s for s in chosen_systems if s.startswith("fedveil-")]
+            cases += [Case(name, s, clients, private, n, steps=steps, threads=threads, device=device) for s in chosen_systems]
     return cases

@@ -48,11 +48,14 @@ def load_synthetic_images(
     rows: int = 10000,
     num_classes: int = 10,
     test_rows: int = 0,
+    groups: int = 0,
 ) -> DataSource:
     """``rows`` training images of shape ``(channels, height, width)``, pixels i.i.d.
     N(0, 1), label ``argmax(W x)`` for a fixed teacher ``W ~ N(0, 1)`` of shape
     ``(num_classes, C*H*W)``. ``test_rows`` > 0 adds a separate test set from the same
     distribution (then ``data.test_fraction = 0`` leaves every row to training).
+    ``groups`` > 0 adds ``groups["group"] = row index mod groups`` (a group label for
+    methods that need one, e.g. FADE's benchmark round).
     """
     for name, value in (("channels", channels), ("height", height), ("width", width), ("rows", rows)):
         if not isinstance(value, int) or value < 1:
@@ -61,10 +64,15 @@ def load_synthetic_images(
         raise DataError(f"num_classes must be an int >= 2, got {num_classes!r}")
     if not isinstance(test_rows, int) or test_rows < 0:
         raise DataError(f"test_rows must be an int >= 0, got {test_rows!r}")
+    if not isinstance(groups, int) or groups < 0:
+        raise DataError(f"groups must be an int >= 0, got {groups!r}")
     generator = torch.Generator().manual_seed(seed)
     shape = (channels, height, width)
     weight = torch.randn((num_classes, channels * height * width), generator=generator)
     train = gaussian_images(rows, shape, weight, generator)
     train.info["teacher"] = weight
     test = gaussian_images(test_rows, shape, weight, generator) if test_rows else None
+    if groups:
+        for part in (p for p in (train, test) if p is not None):
+            part.groups["group"] = torch.arange(len(part)) % groups
     return DataSource(train=train, test=test, task="classification", num_classes=num_classes, synthetic=True)
