@@ -231,3 +231,48 @@ def test_bad_setups_fail_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="does not support example-level DP"):
         run(tiny_config(**merge(FADE, {"algorithm": {"adversarial_loss": "squared"},
                                        "privacy": {"level": "example", "epsilon": 4.0}})), tmp_path / "c", progress=False)
+
+
+def test_shot_pseudo_labels_follow_the_feature_clusters():
+    """Two well-separated feature clusters; predictions that are right for most rows but
+    wrong for a few: the centroid relabelling recovers the cluster of every row."""
+    from fedveil.algorithms.fade import shot_pseudo_labels
+
+    z = torch.tensor([[5.0, 0.1], [4.0, -0.2], [6.0, 0.3], [0.1, 5.0], [-0.3, 4.0], [0.2, 6.0]])
+    probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.1, 0.9], [0.6, 0.4], [0.2, 0.8]])
+    assert probs.argmax(1).tolist() == [0, 0, 1, 1, 0, 1]  # two rows predicted wrongly
+    assert shot_pseudo_labels(z, probs).tolist() == [0, 0, 0, 1, 1, 1]
+
+
+SHOT = {"algorithm": {"unlabelled_clients": [2, 3], "lam": 0.0, "im_weight": 0.3, "pseudo_label_weight": 0.3,
+                      "freeze_head_unlabelled": True}}
+
+
+@pytest.mark.usefixtures("skip_plots")
+def test_fedavg_shot_agrees_across_executors_and_refuses_example_dp(tmp_path):
+    (rows_s, ck_s), (rows_v, ck_v) = (_run(tmp_path, e, **merge(SHOT, {"executor": e})) for e in ("serial", "vectorized"))
+    for name, value in ck_s["server"]["params"].items():
+        torch.testing.assert_close(ck_v["server"]["params"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+    with pytest.raises(ConfigError, match="does not support example-level DP"):
+        run(tiny_config(**merge(FADE, merge(SHOT, {"privacy": {"level": "example", "epsilon": 4.0}}))),
+            tmp_path / "dp", progress=False)
+
+
+def test_unlabelled_user_with_a_frozen_head_moves_only_the_encoder():
+    from fedveil.algorithms.base import ClientTask, RunContext
+    from fedveil.algorithms.fade import Fade, FadeParams
+    from fedveil.data.federated import ClientData
+
+    torch.manual_seed(4)
+    model = build_model("fade_mlp", (6,), 3, hidden=[5], z_dim=4, groups=2)
+    trainer = LocalTrainer(model, task_loss("classification"), ClientConfig(batch_size=4, epochs=1, lr=0.5), 2)
+    ctx = RunContext(num_clients=1, task="classification", num_classes=3, input_shape=(6,), rounds=2, seed=0,
+                     model_factory=lambda device=None: model, trainer=trainer)
+    fade = Fade(FadeParams(unlabelled_clients=[0], lam=0.0, im_weight=1.0, pseudo_label_weight=1.0,
+                           freeze_head_unlabelled=True, guard=None), ctx)
+    batch = _two_group_batch(12)
+    rows = ArrayDataset(batch.x, batch.y, batch.groups)
+    task = ClientTask(0, 1, ClientData(train=rows, val=None, test=rows), torch.Generator().manual_seed(0), trainer)
+    delta = fade.client_update(fade.init_server(model_state(model)), None, task).message["delta"]
+    assert all(torch.equal(v, torch.zeros_like(v)) for k, v in delta.items() if k.startswith(("head.", "disc.")))
+    assert delta["encoder.fc1.weight"].abs().max() > 0

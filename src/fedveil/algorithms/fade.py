@@ -30,7 +30,10 @@ Decisions on the spec's open points (spec 004 §1.5, §1.10, §1.12):
   of raw data, so the guard is off under example-level DP (it would be an unaccounted release).
 * Unlabelled users (``unlabelled_clients``, UDA targets) have no task loss; with
   ``im_weight > 0`` they add SHOT's information maximisation ``E[H(p)] - H(E[p])``
-  (user-collapse mitigation, §1.8). ``entropy_weights`` weighs each row's adversarial loss
+  (user-collapse mitigation, §1.8), with ``pseudo_label_weight > 0`` SHOT's CE on
+  clustering pseudo-labels computed once per round from the round's starting model
+  (two centroid iterations, cosine distance), and ``freeze_head_unlabelled`` keeps f fixed
+  as SHOT does. Pseudo-labels depend on all of a user's rows, so they rule out example-level DP. ``entropy_weights`` weighs each row's adversarial loss
   by CDAN's ``1 + exp(-H(p))``, normalised within the batch (use with ``conditioning="cdan"``).
 * Squared loss, IM and entropy weights couple the rows of a batch: per-example DP-SGD
   cannot bound them and refuses; vanilla and power losses run under example-level DP.
@@ -47,15 +50,18 @@ from pydantic import Field
 
 from .. import params as P
 from ..errors import ConfigError
-from ..models.functional import forward
+from ..models.functional import forward, submodule_forward
 from ..seeding import derive_seed
+from ..data.arrays import ArrayDataset
 from ..training.request import Batch, Objective
 from .base import ALGORITHMS, AlgorithmParams, ClientResult, ClientTask, RunContext, State
 from .fedavg import FedAvg
 
 DISC_PREFIX = "disc."
+HEAD_PREFIX = "head."
 LAMBDA_KEY = "reverse.lam"
 GUARD_ROWS = 512  # rows a user scores for the divergence guard
+PSEUDO_KEY = "shot_pseudo_label"
 
 
 class FadeParams(AlgorithmParams):
@@ -73,6 +79,10 @@ class FadeParams(AlgorithmParams):
     opt_out_clients: list[int] = Field(default_factory=list, description="users that never join the adversarial game")
     unlabelled_clients: list[int] = Field(default_factory=list, description="users without labels (UDA targets): no task loss")
     im_weight: float = Field(0.0, ge=0.0, description="SHOT information maximisation weight for unlabelled users")
+    pseudo_label_weight: float = Field(
+        0.0, ge=0.0, description="SHOT: weight of the CE on clustering pseudo-labels for unlabelled users (0 = off)"
+    )
+    freeze_head_unlabelled: bool = Field(False, description="SHOT: unlabelled users keep the task head f fixed")
     entropy_weights: bool = Field(False, description="CDAN entropy conditioning weights 1 + exp(-H(p)) on the adversarial loss")
     guard: float | None = Field(10.0, gt=0.0, description="re-initialise D when a user's adversarial loss exceeds this (None = off)")
 
@@ -89,6 +99,7 @@ class FadeObjective(Objective):
     q: float = 2.0
     im_weight: float = 0.0
     entropy_weights: bool = False
+    pseudo_label_weight: float = 0.0
 
     @property
     def per_example_ok(self) -> bool:  # type: ignore[override]
@@ -100,8 +111,11 @@ class FadeObjective(Objective):
         loss = logits.sum() * 0.0
         if self.labelled:
             loss = loss + F.cross_entropy(logits, batch.y)
-        elif self.im_weight > 0:
-            loss = loss + self.im_weight * information_maximisation(logits)
+        else:
+            if self.im_weight > 0:
+                loss = loss + self.im_weight * information_maximisation(logits)
+            if self.pseudo_label_weight > 0:
+                loss = loss + self.pseudo_label_weight * F.cross_entropy(logits, batch.groups[PSEUDO_KEY])
         if self.adversarial:
             loss = loss + self.adversarial_term(logits, group_logits, batch)
         return loss
@@ -127,6 +141,25 @@ def information_maximisation(logits: torch.Tensor) -> torch.Tensor:
     """SHOT's ``E_x[H(p(x))] - H(E_x[p(x)])``: confident yet diverse predictions (spec §1.9)."""
     probs = torch.softmax(logits, dim=1)
     return entropy(probs).mean() - entropy(probs.mean(0, keepdim=True)).sum()
+
+
+def _cosine_nearest(z: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    z_n = F.normalize(z, dim=1)
+    c_n = F.normalize(centroids, dim=1)
+    return (z_n @ c_n.T).argmax(1)
+
+
+def shot_pseudo_labels(z: torch.Tensor, probs: torch.Tensor, iterations: int = 2) -> torch.Tensor:
+    """SHOT's self-supervised pseudo-labels (Liang et al. 2020, spec §1.9): class centroids of
+    the features weighted by the predicted probabilities, each row labelled by its nearest
+    centroid in cosine distance; then centroids of the labelled rows and relabelling."""
+    weights = probs
+    labels = probs.argmax(1)
+    for _ in range(iterations):
+        centroids = weights.T @ z / (weights.sum(0)[:, None] + 1e-8)
+        labels = _cosine_nearest(z, centroids)
+        weights = F.one_hot(labels, probs.shape[1]).to(z.dtype)
+    return labels
 
 
 def lambda_at(round_idx: int, rounds: int, lam: float, schedule: str, warmup: int) -> float:
@@ -156,7 +189,8 @@ class Fade(FedAvg):
             )
         # losses of batch statistics cannot be clipped per example: the runtime refuses example-level DP
         coupled = [o for o in (self.objective(c, True) for c in self._sample_clients()) if not o.per_example_ok]
-        if coupled:
+        # pseudo-labels are computed from all of a user's rows: one row's label depends on the others
+        if coupled or (params.pseudo_label_weight > 0 and params.unlabelled_clients):
             self.supports_example_dp = False
 
     def _sample_clients(self) -> list[int]:
@@ -187,6 +221,7 @@ class Fade(FedAvg):
         return FadeObjective(
             hp.group_key, labelled=client_id not in hp.unlabelled_clients, adversarial=plays,
             adversarial_loss=hp.adversarial_loss, q=hp.q, im_weight=hp.im_weight, entropy_weights=hp.entropy_weights,
+            pseudo_label_weight=hp.pseudo_label_weight,
         )
 
     def check_groups(self, task: ClientTask) -> None:
@@ -211,10 +246,17 @@ class Fade(FedAvg):
         start = dict(server_state["params"])
         lam = self.lambda_of(server_state, task.round) if plays else 0.0
         start[LAMBDA_KEY] = torch.full_like(start[LAMBDA_KEY], lam)
-        mask = None if plays else {n: torch.zeros_like(start[n]) for n in self.disc_names}
+        frozen = [] if plays else list(self.disc_names)
+        data = task.data.train
+        if task.client_id in self.hp.unlabelled_clients:
+            if self.hp.freeze_head_unlabelled:
+                frozen += [n for n in start if n.startswith(HEAD_PREFIX)]
+            if self.hp.pseudo_label_weight > 0:
+                data = self.with_pseudo_labels(start, data, task)
+        mask = {n: torch.zeros_like(start[n]) for n in frozen} or None
         objective = self.objective(task.client_id, plays)
         new, stats = task.trainer.train(
-            start, task.data.train, task.generator, task.round, dp=task.dp, objective=objective, param_mask=mask
+            start, data, task.generator, task.round, dp=task.dp, objective=objective, param_mask=mask
         )
         message: dict[str, Any] = {"delta": P.sub(new, start), "num_examples": task.data.num_train, "steps": stats.steps}
         metrics = {"lambda": lam, "adversarial_users": float(plays)}
@@ -222,6 +264,15 @@ class Fade(FedAvg):
             message["group_loss"] = self.group_loss(new, task, objective)
             metrics["group_loss"] = message["group_loss"]
         return ClientResult(message=message, state=client_state, stats=stats, extra_metrics=metrics)
+
+    def with_pseudo_labels(self, state: P.Params, data: ArrayDataset, task: ClientTask) -> ArrayDataset:
+        """The user's rows with SHOT pseudo-labels from the round's starting model (labels never used)."""
+        model = task.trainer.model
+        with torch.no_grad():
+            z = submodule_forward(model, "encoder", state, data.x)
+            probs = torch.softmax(submodule_forward(model, "head", state, z), dim=1)
+        pseudo = shot_pseudo_labels(z, probs)
+        return ArrayDataset(data.x, data.y, {**data.groups, PSEUDO_KEY: pseudo}, data.info)
 
     def group_loss(self, state: P.Params, task: ClientTask, objective: FadeObjective) -> float:
         """The trained model's adversarial loss on (up to GUARD_ROWS of) the user's training rows."""

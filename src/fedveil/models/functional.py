@@ -62,3 +62,19 @@ def forward(model: nn.Module, state: Params, x: torch.Tensor, *, train: bool = F
             return functional_call(model, state, (x,))
         finally:
             model.train(was_training)
+
+
+def submodule_forward(model: nn.Module, name: str, state: Params, x: torch.Tensor) -> torch.Tensor:
+    """Submodule ``name`` of ``model`` (e.g. FADE's ``encoder``) applied to ``x`` in eval mode,
+    with its entries of ``state``; holds ``model``'s own lock, so it is safe beside
+    :func:`forward` calls on the whole model from other threads."""
+    prefix = f"{name}."
+    sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    module = model.get_submodule(name)
+    with _lock_of(model):
+        was_training = module.training
+        module.eval()
+        try:
+            return functional_call(module, sub, (x,))
+        finally:
+            module.train(was_training)
