@@ -104,6 +104,14 @@ class DataConfig(_Section):
 class ModelConfig(_Section):
     name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images, char-LSTM for text, MLP/linear for tables")
     options: dict[str, Any] = Field(default_factory=dict, description="model options, e.g. { width = 0.5 }")
+    init_from: str | None = Field(
+        None, description="start from a trained model: a finished run directory (its model.pt) or a .pt file of "
+        "name -> tensor; its privacy cost is that run's, not counted in this run's epsilon"
+    )
+    init_skip: list[str] = Field(
+        default_factory=list, description="parameter-name prefixes that keep their fresh initialisation with "
+        "init_from, e.g. [\"disc.\"] to re-initialise FADE's discriminator"
+    )
 
 
 class ClientConfig(_Section):
@@ -132,6 +140,10 @@ class FederationConfig(_Section):
     clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
     sampling: Literal["fixed", "poisson"] = Field(
         "fixed", description="fixed-size cohorts without replacement, or each client independently (Poisson)"
+    )
+    client_probabilities: list[float] | None = Field(
+        None, description="per-client selection weights for fixed-size cohorts (normalised; 0 = never drawn), "
+        "e.g. [0.95, 0.05] for FADE's imbalanced source/target users; None = uniform"
     )
     client_state: Literal["memory", "disk"] = Field(
         "memory", description="where per-client state (SCAFFOLD controls, local models) is kept: all in memory, "

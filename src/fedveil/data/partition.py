@@ -305,6 +305,9 @@ class ClassWindowParams(PartitionParams):
     source_domain: int | None = Field(
         None, description="if set, rows of this domain go to the source clients only, all other rows to targets"
     )
+    target_domain: int | None = Field(
+        None, description="with source_domain: only rows of this domain go to the targets (other domains unused)"
+    )
     domain_key: str = Field("domain", min_length=1, description="group holding the domain id (with source_domain)")
 
 
@@ -316,7 +319,9 @@ class ClassWindowPartitioner(Partitioner):
     Clients ``0..source_clients-1`` are source users holding all C classes; target clients
     follow. Each class's rows are dealt evenly among the clients holding it. With
     ``source_domain`` set (FADE's UDA setting), rows of that domain are split IID among the
-    source clients and the windows apply to the remaining (target-domain) rows. Classes are
+    source clients and the windows apply to the remaining (target-domain) rows, or with
+    ``target_domain`` also set to that domain's rows only (a many-domain data set gives one
+    source -> target task, rows of the other domains unused). Classes are
     the sorted distinct labels; rows of a class no client holds stay unused.
     """
 
@@ -336,13 +341,27 @@ class ClassWindowPartitioner(Partitioner):
             )
         on_target = np.ones(len(labels), dtype=bool)
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        if p.target_domain is not None and p.source_domain is None:
+            raise DataError("class_window: target_domain needs source_domain (the domain of the source clients)")
         if p.source_domain is not None:
             if not sources:
                 raise DataError("class_window: source_domain needs source_clients >= 1 to hold its rows")
-            on_target = group_values(data, p.domain_key, "class_window") != p.source_domain
-            if on_target.all():
+            domains = group_values(data, p.domain_key, "class_window")
+            on_source = domains == p.source_domain
+            if not on_source.any():
                 raise DataError(f"class_window: no row has {p.domain_key} == source_domain={p.source_domain}")
-            deal_evenly(np.flatnonzero(~on_target), sources, parts, rng, f"source domain {p.source_domain}")
+            on_target = ~on_source if p.target_domain is None else domains == p.target_domain
+            if p.target_domain is None and not on_target.any():
+                raise DataError(
+                    f"class_window: every row has {p.domain_key} == source_domain={p.source_domain}; "
+                    "the target clients would get nothing"
+                )
+            if p.target_domain == p.source_domain or not on_target.any():
+                raise DataError(
+                    f"class_window: target_domain={p.target_domain} must be another domain with rows "
+                    f"(domains: {', '.join(str(d) for d in np.unique(domains).tolist())})"
+                )
+            deal_evenly(np.flatnonzero(on_source), sources, parts, rng, f"source domain {p.source_domain}")
             sources = []
         classes = np.unique(labels[on_target])
         if p.window > len(classes):

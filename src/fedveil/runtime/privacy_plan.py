@@ -82,6 +82,7 @@ class RunPrivacy:
     def from_config(
         cls, cfg: PrivacyConfig, data: FederatedDataset, trainer: LocalTrainer, model: nn.Module,
         algorithm: Algorithm, schedule: list[np.ndarray], fed_sampling: str, clients_per_round: int,
+        weighted_sampling: bool = False,
     ) -> "RunPrivacy | None":
         """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable."""
         if cfg.level == "none":
@@ -93,7 +94,9 @@ class RunPrivacy:
         if cfg.level == "example":
             run._plan_example_level(data, trainer, model, algorithm, schedule)
         else:
-            run._plan_client_level(algorithm, len(schedule), fed_sampling, clients_per_round, data.num_clients)
+            run._plan_client_level(
+                algorithm, len(schedule), fed_sampling, clients_per_round, data.num_clients, weighted_sampling
+            )
         run._check_person_level()
         run.check = LedgerCheck(run.ledger, cfg.delta, run._describe)
         return run
@@ -149,12 +152,19 @@ class RunPrivacy:
                 n, batch, batch / n, steps_round, algorithm.trainings_per_round, tuple(rounds_of[cid]), total, z, planned, budget
             )
 
-    def _plan_client_level(self, algorithm, rounds: int, sampling: str, cohort: int, num_clients: int) -> None:
+    def _plan_client_level(
+        self, algorithm, rounds: int, sampling: str, cohort: int, num_clients: int, weighted: bool = False
+    ) -> None:
         cfg = self.config
         if not algorithm.supports_client_dp:
             raise ConfigError(
                 f"privacy.level: client-level DP needs an algorithm whose message is only a model update "
                 f"(fedavg, fedprox, fedavgm, fedadam, fedyogi); {type(algorithm).__name__} sends more"
+            )
+        if weighted:
+            raise ConfigError(
+                "federation.client_probabilities: client-level DP accounts uniform cohort sampling; "
+                "drop the probabilities or use privacy.level = \"example\""
             )
         self.population_rate = cohort / num_clients
         self.population_sampling = "poisson" if sampling == "poisson" else "fixed"

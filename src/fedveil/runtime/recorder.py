@@ -56,12 +56,15 @@ class RunRecorder:
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """Everything needed to continue the run bit for bit (tensors on any device)."""
 
+    def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        """The final global model (parameters and buffers), at the end of the run."""
+
     def finish(self, summary: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
         """The run's summary and the final per-client metrics."""
 
 
 class MemoryRecorder(RunRecorder):
-    """Keeps the record in memory: ``rows``, ``partition``, ``summary``, ``client_rows`` and
+    """Keeps the record in memory: ``rows``, ``partition``, ``summary``, ``client_rows``, ``model`` and
     the last checkpoint (serialised as a checkpoint file would be, so a later
     :class:`~fedveil.runtime.simulation.Simulation` given this recorder resumes from it).
     ``client_state_dir``: where ``federation.client_state = "disk"`` keeps the states."""
@@ -74,6 +77,7 @@ class MemoryRecorder(RunRecorder):
         self.partition: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self.client_rows: list[dict[str, Any]] | None = None
+        self.model: dict[str, torch.Tensor] | None = None
         self._checkpoint: bytes | None = None
 
     def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
@@ -100,6 +104,9 @@ class MemoryRecorder(RunRecorder):
         buffer = io.BytesIO()
         torch.save(to_cpu(state), buffer)
         self._checkpoint = buffer.getvalue()
+
+    def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        self.model = to_cpu(dict(params))
 
     def finish(self, summary: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
         self.summary, self.client_rows = summary, client_rows
@@ -146,6 +153,9 @@ class DirectoryRecorder(RunRecorder):
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         self.run_dir.save_checkpoint(state)
+
+    def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        self.run_dir.save_model(params)
 
     def finish(self, summary: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
         self.run_dir.write_json(CLIENT_METRICS_FILE, client_rows)

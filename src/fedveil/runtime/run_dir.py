@@ -23,6 +23,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CLIENT_METRICS_FILE = "client_metrics.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+MODEL_FILE = "model.pt"  # the final global model's state (parameters and buffers), on the CPU
 CLIENT_STATES_DIR = "client_states"
 
 
@@ -141,6 +142,11 @@ class RunDirectory:
 
     def write_json(self, name: str, obj: Any) -> None:
         write_json(self.file(name), obj)
+
+    def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        """The final global model as a name -> CPU tensor dict (``torch.load(..., weights_only=True)``)."""
+        cpu = to_cpu(dict(params))
+        atomic_write(self.file(MODEL_FILE), lambda h: torch.save(cpu, h))
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> set[str]:

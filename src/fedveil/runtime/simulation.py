@@ -40,6 +40,7 @@ from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
 from .report import write_report
 from .round_metrics import RoundEvaluator, check_metrics
 from .run_dir import RunDirError, config_fingerprint
+from .initial_model import initial_params
 from .sampling import client_schedule, secure_cohort
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
@@ -119,14 +120,20 @@ class Simulation:
         )
         algorithm = alg_cls(config.algorithm.typed_params(), ctx)
         fed = config.federation
-        schedule = client_schedule(data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed)
+        try:
+            schedule = client_schedule(
+                data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed, fed.client_probabilities
+            )
+        except ValueError as err:
+            raise ConfigError(f"federation: {err}") from None
         privacy = RunPrivacy.from_config(
-            config.privacy, data, trainer, model, algorithm, schedule, fed.sampling, fed.clients_per_round
+            config.privacy, data, trainer, model, algorithm, schedule, fed.sampling, fed.clients_per_round,
+            weighted_sampling=fed.client_probabilities is not None,
         )
+        init = initial_params(model_state(model), config.model.init_from, config.model.init_skip)
         data = federated_to(data, device)
         return cls(
-            config, data, model, model_name, model_state(model), algorithm, trainer, schedule, privacy, list(callbacks),
-            device=device,
+            config, data, model, model_name, init, algorithm, trainer, schedule, privacy, list(callbacks), device=device,
         )
 
     # ------------------------------------------------------------------ state
@@ -285,6 +292,8 @@ class Simulation:
         privacy_facts = self.privacy.summary() if self.privacy is not None else {}
         summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
         summary["device"] = str(self.device)
+        if self.algorithm.has_global_model:  # local / MOCHA / IFCA: no one model to save
+            recorder.save_model(self.algorithm.global_params(state["server"]))
         recorder.finish(summary, client_rows)
         for cb in self.callbacks:
             cb.on_run_end(summary)

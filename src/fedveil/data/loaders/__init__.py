@@ -2,4 +2,4 @@
 
 A new loader module registers itself with ``@DATASETS.register``; append its import here.
 """
-from . import adult, cifar, compas, digits, mnist, school, shakespeare, vehicle_synthetic  # noqa: F401
+from . import adult, cifar, compas, digits, mnist, mnist_digits, school, shakespeare, vehicle_synthetic  # noqa: F401
