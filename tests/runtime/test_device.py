@@ -292,6 +292,7 @@ REVIEWED_CPU = {
     ("params.py", "weighted_mean"): "aggregation weights are host-side scalars",
     ("simulation.py", "__call__"): "the model is initialised on the CPU, then moved (same init on every device)",
     ("ifca.py", "init_server"): "centroids are drawn on the CPU, then moved (same centroids on every device)",
+    ("initial_model.py", "initial_params"): "a saved model is read on the host (it may come from a GPU run), then moved to each fresh tensor's device",
 }
 
 

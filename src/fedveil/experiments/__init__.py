@@ -8,5 +8,7 @@ from . import mrmtl_school  # noqa: F401
 from . import mrmtl_vehicle  # noqa: F401
 from . import mrmtl_mnist  # noqa: F401
 from . import fade_adult  # noqa: F401
+from . import fade_digits  # noqa: F401
+from . import fade_office  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]

@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from ..config import validate
 from ..runtime import run
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
+from .seed_stats import lower_verdict
 
 WEAK_LAMBDA = 0.69  # ~ ln 2, the BCE of a discriminator at adversarial balance
 WEAK = f"vanilla_lam{WEAK_LAMBDA:g}"
@@ -190,15 +191,6 @@ def compare(results: Results, a: tuple[str, int], b: tuple[str, int], metric: st
     treated as independent; NaN with one seed)."""
     diff = mean(results, *b, metric) - mean(results, *a, metric)
     return diff, math.hypot(sem(results, *a, metric), sem(results, *b, metric))
-
-
-def lower_verdict(diff: float, se: float) -> str:
-    """``diff`` = (the other) - (the one claimed lower): holds when > 0, clearly when beyond 2 standard errors."""
-    if diff <= 0:
-        return "does not hold"
-    if math.isnan(se):
-        return "holds (one seed: noise not estimated)"
-    return "holds" if diff > 2 * se else "holds, within seed noise (< 2 s.e.)"
 
 
 # ----------------------------------------------------------------------------- report
