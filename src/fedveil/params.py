@@ -41,6 +41,24 @@ def weighted_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
     return {k: _keep_dtype(sum(float(wi) * it[k] for wi, it in zip(w, items)), items[0][k]) for k in items[0]}
 
 
+def partial_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
+    """Per name, the weighted mean over the items that hold it (items may hold different
+    names: Split-Mix's per-base aggregation, Alg. 4.1 lines 7-8, where c_i sums the weights
+    of the clients that trained base i). A name no item holds is absent from the result."""
+    weights = list(weights)
+    if len(weights) != len(items):
+        raise ValueError(f"need one weight per item, got {len(weights)} weights for {len(items)} items")
+    holders: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        for name in item:
+            holders.setdefault(name, []).append(i)
+    out: Params = {}
+    for name, which in holders.items():
+        mean = weighted_mean([{name: items[i][name]} for i in which], [weights[i] for i in which])
+        out[name] = mean[name]
+    return out
+
+
 def _keep_dtype(mean: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Integer buffers (BatchNorm's ``num_batches_tracked``) stay integers, rounded."""
     return mean.round().to(like.dtype) if not like.is_floating_point() else mean

@@ -34,7 +34,10 @@ def _tensors_only(tree):
 
 # Methods whose model cannot be the toy harness's linear regressor; each names the test
 # that checks the same promise with its own model.
-OWN_HARNESS = {"fade": "tests/runtime/test_fade.py::test_state_is_plain_checkpointable_data"}
+OWN_HARNESS = {
+    "fade": "tests/runtime/test_fade.py::test_state_is_plain_checkpointable_data",
+    "split_mix": "tests/algorithms/test_split_mix.py::test_state_is_plain_checkpointable_data",
+}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
@@ -22,6 +22,7 @@ class Case:
     num_classes: int
     params: int  # hand-computed parameter count with default options
     make_x: Callable[[int], torch.Tensor]
+    options: dict = field(default_factory=dict)  # non-default builder options of the case
 
 
 def images(*shape: int) -> Callable[[int], torch.Tensor]:
@@ -59,6 +60,15 @@ CASES = {
     # conv1 1*16*9+16 = 160; conv2 16*32*9+32 = 4,640; bottleneck 32*7*7*100+100 = 156,900;
     # head 100*10+10 = 1,010; discriminator 100*50+50 = 5,050, 50*20+20 = 1,020, 20*2+2 = 42
     "fade_cnn": Case((1, 28, 28), 10, 168_822, images(1, 28, 28)),
+    # Split-Mix's digits CNN at x0.125 without BN (channels 8, 8, 16; fc 256, 64) on 8x8 -> 2x2:
+    # conv1 1*8*25+8 = 208; conv2 8*8*25+8 = 1,608; conv3 8*16*25+16 = 3,216;
+    # fc1 (16*2*2)*256+256 = 16,640; fc2 256*64+64 = 16,448; fc3 64*10+10 = 650
+    "digit_cnn": Case((1, 8, 8), 10, 38_770, images(1, 8, 8), {"width": 0.125, "norm": "none"}),
+    # PreResNet18 at x0.125 without BN (stages 8, 16, 32, 64; no conv biases): stem 3*8*9 = 216;
+    # stage 1: 4 * 8*8*9 = 2,304; stage 2: 8*16*9 + 16*16*9 + 8*16 + 2 * 16*16*9 = 8,192;
+    # stage 3: 16*32*9 + 32*32*9 + 16*32 + 2 * 32*32*9 = 32,768;
+    # stage 4: 32*64*9 + 64*64*9 + 32*64 + 2 * 64*64*9 = 131,072; head 64*10+10 = 650
+    "preresnet18": Case((3, 8, 8), 10, 175_202, images(3, 8, 8), {"width": 0.125, "norm": "none"}),
 }
 
 # Models with one output tensor; FADE's networks return (task logits, group logits): their
@@ -72,7 +82,7 @@ CANNOT_VMAP_PARAMS = {
 
 def build(name: str, **options) -> torch.nn.Module:
     case = CASES[name]
-    return build_model(name, case.input_shape, case.num_classes, **options)
+    return build_model(name, case.input_shape, case.num_classes, **{**case.options, **options})
 
 
 def count(model: torch.nn.Module) -> int:
@@ -95,7 +105,7 @@ def test_output_shape(name):
 @pytest.mark.parametrize("name", sorted(set(SINGLE_OUTPUT) - {"char_lstm"}))
 def test_regression_has_one_output(name):
     case = CASES[name]
-    model = build_model(name, case.input_shape, 0)
+    model = build_model(name, case.input_shape, 0, **case.options)
     assert model(case.make_x(3)).shape == (3, 1)
 
 
@@ -195,8 +205,10 @@ def loss_fn(name: str, model: torch.nn.Module, params: dict, x: torch.Tensor) ->
 def test_per_example_gradients_match_single_example_gradients(name):
     torch.manual_seed(0)
     model = build(name)
-    params = {k: v.detach() for k, v in model.named_parameters()}
     x = CASES[name].make_x(2)
+    if name != "char_lstm":  # float64: batched and single convolutions agree to rounding (vmap's LSTM is float32 only)
+        model, x = model.double(), x.double()
+    params = {k: v.detach() for k, v in model.named_parameters()}
 
     def example_loss(p, xi):  # one example, so its label is 0
         return loss_fn(name, model, p, xi[None])
@@ -261,7 +273,7 @@ def test_bad_arguments_raise_readable_errors(name, input_shape, num_classes, opt
 
 
 def test_unknown_model_lists_the_registered_ones():
-    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, convnet, fade_cnn, fade_mlp, lenet, linear, mlp, resnet"):
+    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, convnet, digit_cnn, fade_cnn, fade_mlp, lenet, linear, mlp, preresnet18, resnet"):
         build_model("lenett", (1, 28, 28), 10)
 
 

@@ -31,12 +31,19 @@ ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
         "model": {"name": "fade_mlp", "options": {"hidden": [8], "z_dim": 8, "disc_hidden": [8], "groups": 6}},
         "data": {"name": "rotated_digits", "num_clients": 6, "options": {"num_domains": 6}, "partition": {"name": "domain"}},
     },
+    "split_mix": {
+        "algorithm": {"budgets": [0.125, 0.25]},
+        "model": {"name": "digit_cnn", "options": {"width": 0.25, "bases": 2, "norm": "none"}},
+    },
 }
 
 
 def algorithm_sections(name: str, sections: dict[str, Any]) -> dict[str, Any]:
     """``sections`` with algorithm ``name`` and whatever model and data it needs."""
-    return merge(merge(sections, {"algorithm": {"name": name}}), ALGORITHM_SETUP.get(name, {}))
+    setup = ALGORITHM_SETUP.get(name, {})
+    if "model" in setup:  # its own model replaces the test's (whose options would not fit it)
+        sections = {**sections, "model": {}}
+    return merge(merge(sections, {"algorithm": {"name": name}}), setup)
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -13,5 +13,6 @@ from . import ditto  # noqa: F401  (registers)
 from . import mocha  # noqa: F401  (registers)
 from . import ifca  # noqa: F401  (registers)
 from . import fade  # noqa: F401  (registers)
+from . import split_mix  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

@@ -106,6 +106,13 @@ class Algorithm:
         """Persistent per-client state, or None for stateless clients."""
         return None
 
+    def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
+        """The server's plan for round ``round_idx`` before any client trains (Flower's
+        ``configure_fit``): the state every client of ``cohort`` (in this order) receives and
+        ``aggregate`` starts from, e.g. Split-Mix's choice of base models per client. It must
+        depend only on its arguments, so a resumed run plans the same; default: unchanged."""
+        return server_state
+
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         raise NotImplementedError
 

@@ -68,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="(re)draw the plots of a run directory")
     report.add_argument("run_dir", metavar="RUN_DIR")
 
+    ev = sub.add_parser(
+        "evaluate", help="evaluate a finished run's saved model, optionally at another width",
+        description="Evaluate the global model a run saved (model.pt) on the pooled test set; with --width, the "
+        "model customised at test time to that width (split_mix) without retraining. Prints accuracy, "
+        "parameters and multiply-accumulates per example.",
+    )
+    ev.add_argument("run_dir", metavar="RUN_DIR")
+    ev.add_argument("--width", action="append", help="width in (0, 1], or 'all' for every width the model offers "
+                    "(repeatable; default: the width the run evaluated)")
+    ev.add_argument("--data-root", help="the data set's folder, when it moved since the run (sets data.root)")
+
     sub.add_parser("datasets", help="list the data sets")
     sub.add_parser("algorithms", help="list the algorithms")
     sub.add_parser("models", help="list the models")
@@ -233,6 +244,29 @@ def _print_entries(registry) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ..runtime.saved_model import evaluate_saved
+
+    widths = "all" if args.width and "all" in args.width else [_width(w) for w in args.width] if args.width else [None]
+    rows = evaluate_saved(args.run_dir, widths, args.data_root)
+    print(f"{'width':>8} {'accuracy':>9} {'loss':>8} {'params':>12} {'MACs':>14}")
+    for r in rows:
+        shown = "as run" if r["width"] is None else f"x{r['width']:g}"
+        print(f"{shown:>8} {r.get('accuracy', float('nan')):>9.4f} {r.get('loss', float('nan')):>8.4f} "
+              f"{r['params']:>12,} {r['macs']:>14,}")
+    return 0
+
+
+def _width(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"--width: '{text}' is not a number in (0, 1] or 'all'") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"--width: {value:g} is not in (0, 1]")
+    return value
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from ..data import DATASETS
 
@@ -292,6 +326,7 @@ COMMANDS = {
     "run": cmd_run,
     "audit": cmd_audit,
     "report": cmd_report,
+    "evaluate": cmd_evaluate,
     "datasets": cmd_datasets,
     "algorithms": cmd_algorithms,
     "models": cmd_models,

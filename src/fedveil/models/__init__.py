@@ -11,7 +11,13 @@ shape ``(N, 1)``.
 """
 from __future__ import annotations
 
-from . import cnn, fade, linear, lstm, mlp, resnet  # noqa: F401  (each registers its builders on MODELS)
+from . import cnn, digit_cnn, fade, linear, lstm, mlp, preresnet, resnet  # noqa: F401  (each registers its builders on MODELS)
+from .complexity import count_macs, count_params
+from .ensemble import BaseEnsemble
+from .scalable import Scaler, rescale_init_
 from .zoo import MODELS, ModelBuilder, build_model, image_input, model_options, num_outputs, scaled
 
-__all__ = ["MODELS", "ModelBuilder", "build_model", "image_input", "model_options", "num_outputs", "scaled"]
+__all__ = [
+    "MODELS", "BaseEnsemble", "ModelBuilder", "Scaler", "build_model", "count_macs", "count_params",
+    "image_input", "model_options", "num_outputs", "rescale_init_", "scaled",
+]

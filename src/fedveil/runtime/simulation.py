@@ -187,8 +187,9 @@ class Simulation:
         Raises :class:`~fedveil.privacy.ledger_check.PrivacyCheckError` (nothing of the round
         kept) if a ledger spent more than the privacy plan calibrated through this round."""
         cohort = self.cohort(round_idx)
+        planned = self.algorithm.configure_round(state["server"], cohort, round_idx)
         jobs = [(self.task(cid, round_idx), self.client_state(state, cid)) for cid in cohort]
-        results = self.executor.run_cohort(self.algorithm, state["server"], jobs)
+        results = self.executor.run_cohort(self.algorithm, planned, jobs)
         for cid, result in zip(cohort, results):
             if result.state is not None:
                 state["clients"].put(cid, result.state, round_idx + 1)
@@ -202,9 +203,9 @@ class Simulation:
         messages = [(c, r.message) for c, r in zip(cohort, results)]
         facts = {}
         if self.privacy is not None and self.privacy.server is not None:
-            server, facts = self._client_level_update(state["server"], messages, round_idx)
+            server, facts = self._client_level_update(planned, messages, round_idx)
         else:
-            server = self.algorithm.aggregate(state["server"], messages, round_idx)
+            server = self.algorithm.aggregate(planned, messages, round_idx)
         if self.privacy is not None:
             self.privacy.check_round(round_idx, cohort)
         state["server"], state["round"] = server, round_idx + 1

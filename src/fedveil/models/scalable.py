@@ -1,0 +1,115 @@
+"""Width-scaling pieces of Split-Mix's nets (spec 000 part 2, A.6): the rescale layer, the
+rescaled initialisation, the three BatchNorm options, and the width checks the builders share.
+
+A net of width ``w`` has every hidden channel count ``c`` turned into ``int(w * c)`` (the
+reference's rounding: down); the image's channels and the class outputs are never scaled.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+NORMS = ("batch_average", "batch_tracked", "none")
+
+
+def _check_width(width: float) -> float:
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0 or not math.isfinite(width):
+        raise ValueError(f"width must be a finite number > 0, got {width!r}")
+    return float(width)
+
+
+class Scaler(nn.Module):
+    """Split-Mix's rescale layer (HeteroFL's Scaler, spec A.6): ``x / width`` in training
+    mode, the identity in eval mode (dropout-style); it sits after a conv/linear, before its BN."""
+
+    def __init__(self, width: float) -> None:
+        super().__init__()
+        self.width = _check_width(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.width if self.training else x
+
+    def extra_repr(self) -> str:
+        return f"width={self.width:g}"
+
+
+def scaler(width: float, enabled: bool) -> nn.Module:
+    """A :class:`Scaler` when the rescale layer is on, else the identity."""
+    return Scaler(width) if enabled else nn.Identity()
+
+
+def rescale_init_(module: nn.Module, width: float) -> nn.Module:
+    """Re-initialise a Conv/Linear ``module`` of a width-``width`` net as PyTorch's default
+    (kaiming-uniform, a = sqrt(5)) would initialise the full-width layer: fan_in becomes
+    ``fan_in / width``, so weights and bias are ~ U(-b, b) with ``b = 1 / sqrt(fan_in / width)``
+    (spec A.6; smaller initial weights than the narrow layer's own default)."""
+    if not isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+        raise TypeError(f"rescale_init_ takes a Linear or Conv layer, got {type(module).__name__}")
+    fan_in = module.weight[0].numel()  # in_features, or in_channels / groups * kernel size
+    bound = 1.0 / math.sqrt(fan_in / _check_width(width))
+    with torch.no_grad():
+        module.weight.uniform_(-bound, bound)
+        if module.bias is not None:
+            module.bias.uniform_(-bound, bound)
+    return module
+
+
+def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
+    """The BN after a layer of ``channels`` outputs (Table C.3 options): ``"batch_average"``
+    normalises with the batch's statistics in training AND eval and keeps no buffers (the
+    paper's default); ``"batch_tracked"`` is ordinary BatchNorm with running statistics;
+    ``"none"`` is the identity (needed for example-level DP-SGD). ``dims`` is 1 (after a
+    linear layer) or 2 (after a convolution)."""
+    check_norm(norm)
+    if dims not in (1, 2):
+        raise ValueError(f"dims must be 1 or 2, got {dims!r}")
+    if norm == "none":
+        return nn.Identity()
+    cls = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d
+    return cls(channels, track_running_stats=norm == "batch_tracked")
+
+
+def check_norm(norm: str) -> str:
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+    return norm
+
+
+def split_width(model: str, width: float, bases: int, narrowest: int) -> float:
+    """The width of each of ``bases`` base nets of a width-``width`` model (``width / bases``),
+    after checking the options; ``narrowest`` is the architecture's smallest hidden channel
+    count at width 1, which must keep at least one channel."""
+    width = _check_width(width)
+    if isinstance(bases, bool) or not isinstance(bases, int) or bases < 1:
+        raise ValueError(f"bases must be an int >= 1, got {bases!r}")
+    base_width = width / bases
+    if int(base_width * narrowest) < 1:
+        per_base = f" / bases={bases} = {base_width:g}" if bases > 1 else ""
+        raise ValueError(
+            f"{model}: width={width:g}{per_base} gives int({base_width:g} * {narrowest}) = 0 channels "
+            f"to its narrowest layer; each base needs width >= 1/{narrowest} = {1 / narrowest:g}"
+        )
+    return base_width
+
+
+def check_flag(name: str, value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def resolve_rescale_layer(norm: str, rescale_layer: bool | None) -> bool:
+    """``None`` (the default): the Scaler is on with BatchNorm (the paper's setting) and off with
+    ``norm = "none"``: without a BN after it, a training-only division by the width would make
+    the trained net differ from the evaluated one (and grow activations width^-depth-fold)."""
+    if rescale_layer is None:
+        return norm != "none"
+    check_flag("rescale_layer", rescale_layer)
+    if rescale_layer and norm == "none":
+        raise ValueError(
+            "rescale_layer needs a BatchNorm after each layer to absorb its training-only division by the width; "
+            "with norm = \"none\" leave rescale_layer unset (or false)"
+        )
+    return rescale_layer
