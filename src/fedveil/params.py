@@ -59,6 +59,33 @@ def partial_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
     return out
 
 
+def corner(shape: Sequence[int]) -> tuple[slice, ...]:
+    """The leading block of that shape: HeteroFL's sub-model takes the first channels of every dimension."""
+    return tuple(slice(0, n) for n in shape)
+
+
+def corner_mean(params: Params, updates: Sequence[Params], weights: Iterable[float]) -> Params:
+    """``params`` plus, entry by entry, the weighted mean of the updates that cover the entry;
+    each update holds a leading block (:func:`corner`) of some tensors (HeteroFL's
+    aggregation: entries no client trained keep their value)."""
+    weights = list(weights)
+    if len(weights) != len(updates):
+        raise ValueError(f"need one weight per update, got {len(weights)} weights for {len(updates)} updates")
+    out = dict(params)
+    for name in {n for u in updates for n in u}:
+        total = torch.zeros_like(params[name], dtype=torch.float64)
+        count = torch.zeros_like(params[name], dtype=torch.float64)
+        for update, w in zip(updates, weights):
+            if name in update:
+                block = corner(update[name].shape)
+                total[block] += w * update[name].double()
+                count[block] += w
+        mean = torch.where(count > 0, total / count.clamp(min=1e-300), torch.zeros_like(total))
+        new = params[name].double() + mean
+        out[name] = (new if params[name].is_floating_point() else new.round()).to(params[name].dtype)
+    return out
+
+
 def _keep_dtype(mean: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Integer buffers (BatchNorm's ``num_batches_tracked``) stay integers, rounded."""
     return mean.round().to(like.dtype) if not like.is_floating_point() else mean

@@ -37,6 +37,8 @@ def _tensors_only(tree):
 OWN_HARNESS = {
     "fade": "tests/runtime/test_fade.py::test_state_is_plain_checkpointable_data",
     "split_mix": "tests/algorithms/test_split_mix.py::test_state_is_plain_checkpointable_data",
+    "heterofl": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (digit_cnn, plain params state)",
+    "sheterofl": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (digit_cnn, plain params state)",
 }
 
 

@@ -31,6 +31,14 @@ ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
         "model": {"name": "fade_mlp", "options": {"hidden": [8], "z_dim": 8, "disc_hidden": [8], "groups": 6}},
         "data": {"name": "rotated_digits", "num_clients": 6, "options": {"num_domains": 6}, "partition": {"name": "domain"}},
     },
+    "heterofl": {
+        "algorithm": {"budgets": [0.125, 0.25]},
+        "model": {"name": "digit_cnn", "options": {"width": 0.25, "norm": "none"}},
+    },
+    "sheterofl": {
+        "algorithm": {"budgets": [0.125, 0.25]},
+        "model": {"name": "digit_cnn", "options": {"width": 0.25, "norm": "none"}},
+    },
     "split_mix": {
         "algorithm": {"budgets": [0.125, 0.25]},
         "model": {"name": "digit_cnn", "options": {"width": 0.25, "bases": 2, "norm": "none"}},

@@ -14,5 +14,6 @@ from . import mocha  # noqa: F401  (registers)
 from . import ifca  # noqa: F401  (registers)
 from . import fade  # noqa: F401  (registers)
 from . import split_mix  # noqa: F401  (registers)
+from . import hetero_fl  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

@@ -34,9 +34,10 @@ class RunContext:
     """What an algorithm may know about the whole run: its shape, not its data (a
     deployment server has no clients' rows), plus the tools it calls.
 
-    ``model_factory(device=None)`` returns a fresh model, initialised identically every
-    call (on the CPU with the run's init seed, then moved to ``device``, default the run's
-    device): the architecture an algorithm may instantiate, e.g. for its own forward passes.
+    ``model_factory(device=None, **options)`` returns a fresh model, initialised identically
+    every call (on the CPU with the run's init seed, then moved to ``device``, default the
+    run's device): the architecture an algorithm may instantiate, e.g. for its own forward
+    passes; ``options`` override the model's builder options (HeteroFL's narrower widths).
     """
 
     num_clients: int

@@ -15,7 +15,40 @@ budgets to client order (clients are listed domain by domain, so budgets follow 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Literal, Sequence
+
+from pydantic import Field, model_validator
+
+from .base import AlgorithmParams
+
+
+class BudgetParams(AlgorithmParams):
+    """Hyper-parameters shared by the budget-constrained methods (Split-Mix, HeteroFL, SHeteroFL)."""
+
+    budgets: list[float] = Field(
+        [0.125, 0.25, 0.5, 1.0], min_length=1,
+        description="width budgets of equal client groups in client order, sorted ascending (the paper's 8-4-2-1)",
+    )
+    lognormal: tuple[float, float] | None = Field(
+        None, description="(s, scale): budgets binned from lognorm(s, scale) instead of groups (App. C.1.5: (0.5, 0.4))",
+    )
+    test_width: float | None = Field(
+        None, gt=0.0, le=1.0, description="width of the model the run evaluates (default: the whole model)"
+    )
+    weighting: Literal["samples", "uniform"] = Field("samples", description="averages weighted by |D_k|, or uniformly")
+
+    @model_validator(mode="after")
+    def _widths(self) -> "BudgetParams":
+        if any(not 0 < w <= 1 for w in self.budgets):
+            raise ValueError(f"budgets must lie in (0, 1], got {self.budgets}")
+        return self
+
+
+def client_budgets(hp: BudgetParams, num_clients: int, bins: Sequence[float]) -> list[float]:
+    """Each client's budget: equal groups of ``hp.budgets``, or log-normal over ``bins``."""
+    if hp.lognormal is not None:
+        return lognormal_budgets(num_clients, *hp.lognormal, bins)
+    return group_budgets(num_clients, hp.budgets)
 
 
 def group_budgets(num_clients: int, widths: Sequence[float]) -> list[float]:

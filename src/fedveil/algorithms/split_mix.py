@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, model_validator
 from torch import nn
 
 from .. import params as P
@@ -42,26 +41,11 @@ from ..models.functional import forward
 from ..seeding import numpy_generator
 from ..training.request import Batch, LossFn, Objective
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
-from .budgets import group_budgets, lognormal_budgets
+from .budgets import BudgetParams, client_budgets
 
 
-class SplitMixParams(AlgorithmParams):
-    budgets: list[float] = Field(
-        [0.125, 0.25, 0.5, 1.0], min_length=1,
-        description="width budgets of equal client groups in client order, sorted ascending (the paper's 8-4-2-1)",
-    )
-    lognormal: tuple[float, float] | None = Field(
-        None, description="(s, scale): budgets binned from lognorm(s, scale) instead of groups (App. C.1.5: (0.5, 0.4))",
-    )
-    test_width: float = Field(1.0, gt=0.0, le=1.0, description="width of the model the run evaluates (first width/r bases mixed)")
-    weighting: Literal["samples", "uniform"] = Field("samples", description="per-base average weighted by |D_k|, or uniformly")
-
-    @model_validator(mode="after")
-    def _widths(self) -> "SplitMixParams":
-        if any(not 0 < w <= 1 for w in self.budgets):
-            raise ValueError(f"budgets must lie in (0, 1], got {self.budgets}")
-        return self
-
+class SplitMixParams(BudgetParams):
+    """Budgets, test width (first test_width / r bases mixed) and per-base weighting."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +86,9 @@ class SplitMix(Algorithm):
                 "(e.g. model = \"digit_cnn\" with bases = 8)"
             )
         self.num_bases, self.base_width = model.num_bases, model.base_width
-        if params.lognormal is not None:
-            widths = [self.base_width * (i + 1) for i in range(self.num_bases)]
-            budgets = lognormal_budgets(ctx.num_clients, *params.lognormal, widths)
-        else:
-            budgets = group_budgets(ctx.num_clients, params.budgets)
-        self.budgets = budgets
-        self.bases_per_client = [self._bases_for(b, "a budget") for b in budgets]
-        self.test_bases = self._bases_for(params.test_width, "algorithm.test_width")
+        self.budgets = client_budgets(params, ctx.num_clients, self.widths())
+        self.bases_per_client = [self._bases_for(b, "a budget") for b in self.budgets]
+        self.test_bases = self.num_bases if params.test_width is None else self._bases_for(params.test_width, "algorithm.test_width")
         self.objective = PerBaseLoss(ctx.trainer.loss_fn)
         # one module per base count, built up front (clients of a round run in threads)
         self.trainees = {n: model.with_bases(n, "stack") for n in range(1, self.num_bases + 1)}

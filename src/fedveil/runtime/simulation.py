@@ -69,10 +69,12 @@ class ModelFactory:
     seed: int
     device: torch.device = CPU
 
-    def __call__(self, device: torch.device | str | None = None) -> nn.Module:
+    def __call__(self, device: torch.device | str | None = None, **options: Any) -> nn.Module:
+        """The run's model; ``options`` override its builder options (e.g. ``width=0.25`` for
+        HeteroFL's sub-model architecture)."""
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # CPU draws only; the CUDA RNGs untouched
             torch.default_generator.manual_seed(derive_seed(self.seed, "init"))
-            model = build_model(self.name, self.input_shape, self.num_classes, **self.options)
+            model = build_model(self.name, self.input_shape, self.num_classes, **{**self.options, **options})
         return model.to(self.device if device is None else device)
 
 

@@ -2,4 +2,6 @@
 
 A new loader module registers itself with ``@DATASETS.register``; append its import here.
 """
-from . import adult, cifar, compas, digits, mnist, mnist_digits, school, shakespeare, vehicle_synthetic  # noqa: F401
+from . import (  # noqa: F401
+    adult, cifar, compas, digit_domains, digits, mnist, mnist_digits, school, shakespeare, vehicle_synthetic,
+)
