@@ -264,3 +264,14 @@ def test_mnistm_is_the_difference_of_photo_and_digit():
     patches = as_mnistm(blank, np.random.default_rng(1))
     assert patches.std() > 0.01  # photo crops, not a constant
     assert torch.allclose(as_mnistm(full, np.random.default_rng(1)), 1 - patches)
+
+
+def test_size_shrinks_every_image_by_area_averaging(mnist_dir):
+    full, small = load(mnist_dir, rows_per_domain=10, seed=3), load(mnist_dir, rows_per_domain=10, seed=3, size=14)
+    assert small.train.x.shape == (50, 3, 14, 14)
+    # 28 -> 14 is exact 2x2 block means
+    blocks = full.train.x.reshape(50, 3, 14, 2, 14, 2).mean((3, 5))
+    torch.testing.assert_close(small.train.x, blocks)
+    assert torch.equal(small.train.y, full.train.y)
+    with pytest.raises(DataError, match="size must be an int in 4..28"):
+        load(mnist_dir, size=32)

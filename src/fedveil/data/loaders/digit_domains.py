@@ -270,6 +270,11 @@ def cut(images: torch.Tensor, labels: torch.Tensor, rows: np.ndarray, n: int, tr
     test.append((images[n:], labels[n:], rows[n:]))
 
 
+def shrunk(parts: list[tuple[torch.Tensor, torch.Tensor, np.ndarray]], size: int) -> list:
+    """Each domain's images area-averaged to ``size x size`` (values stay in [0, 1])."""
+    return [(F.interpolate(x, size=(size, size), mode="area"), y, rows) for x, y, rows in parts]
+
+
 def assemble(parts: list[tuple[torch.Tensor, torch.Tensor, np.ndarray]], info: dict) -> ArrayDataset:
     """Domains' (images, labels, source rows) stacked domain by domain, ``groups["domain"]``
     the domain id and ``groups["source_row"]`` the row in the domain's source."""
@@ -291,14 +296,18 @@ def load_digit_domains_synthetic(
     rows_per_domain: int = 1000,
     test_rows_per_domain: int = 0,
     include_sklearn_digits: bool = False,
+    size: int = 28,
 ) -> DataSource:
     """``rows_per_domain`` training rows per domain (module docstring), domain by domain,
     each domain from its own random MNIST rows (train and test files pooled; ``root`` is
     MNIST's data directory). ``test_rows_per_domain`` > 0 adds a separate test split from
     further unused rows, in the same domains. ``groups["domain"]`` is the domain id and
     ``groups["source_row"]`` the row in MNIST (in scikit-learn's digits for domain 5).
+    ``size`` < 28 shrinks every image to ``size x size`` by area averaging (CPU-scale runs).
     """
     check_counts(rows_per_domain, test_rows_per_domain, include_sklearn_digits)
+    if isinstance(size, bool) or not isinstance(size, int) or not 4 <= size <= SIDE:
+        raise DataError(f"size must be an int in 4..{SIDE} (the images' side), got {size!r}")
     x, y = mnist_rows(root, download)
     check_mnist_size(rows_per_domain, test_rows_per_domain, len(x))
     seeds = np.random.SeedSequence(seed).spawn(len(DOMAINS) + 2)
@@ -316,6 +325,8 @@ def load_digit_domains_synthetic(
         index = torch.from_numpy(rows)
         cut(optdigits_in_mnist_frame(digits.x[index]), digits.y[index].long(), rows, rows_per_domain, train, test)
         names.append(SKLEARN_DOMAIN)
+    if size != SIDE:
+        train, test = shrunk(train, size), shrunk(test, size)
     info = {"classes": [str(c) for c in range(10)], "domain_names": names}
     return DataSource(
         train=assemble(train, info), test=assemble(test, info) if test_rows_per_domain else None,
