@@ -49,6 +49,10 @@ WORKLOADS: dict[str, Workload] = {
         Workload("fade", "fade_mlp", (1, 10, 11), num_classes=2,
                  algorithm={"name": "fade", "group_key": "group", "adversarial_loss": "power", "guard": None},
                  data_options={"groups": 2}, fedveil_only=True),
+        # Split-Mix's round: 8 digit-CNN bases of width 1/8, budgets 8-4-2-1 (1 to 8 bases a client);
+        # no BN so that DP-SGD applies
+        Workload("splitmix", "digit_cnn", (3, 16, 16), {"width": 1.0, "bases": 8, "norm": "none"},
+                 algorithm={"name": "split_mix"}, fedveil_only=True),
         # for tests: a seconds-long run of every system
         Workload("tiny", "mlp", (1, 6, 6), {"hidden": [16]}, num_classes=4, steps=2, batch=4),
     )

@@ -10,5 +10,6 @@ from . import mrmtl_mnist  # noqa: F401
 from . import fade_adult  # noqa: F401
 from . import fade_digits  # noqa: F401
 from . import fade_office  # noqa: F401
+from . import splitmix_digits  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]

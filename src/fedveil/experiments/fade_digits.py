@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from ..config import validate
 from . import seed_stats as st
-from .fade_uda import LABELS, accuracy, adapted, run_once, target_rows
-from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
+from .fade_uda import LABELS, accuracy, adapted, target_rows
+from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, run_once
 
 DOMAINS = {"mnist": 0, "digits": 1}  # domain ids of the mnist_digits data set
 PAPER = "curve only (Fig. 3.2)"

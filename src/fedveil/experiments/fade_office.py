@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 
 from ..config import validate
 from . import seed_stats as st
-from .fade_uda import LABELS, accuracy, adapted, run_once, target_rows
-from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
+from .fade_uda import LABELS, accuracy, adapted, target_rows
+from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, run_once
 
 CLASSES = 31
 PAPER_AVG = {  # Table 3.1, column "Avg." (9 Office / Office-Home tasks, %)

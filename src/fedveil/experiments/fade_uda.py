@@ -27,10 +27,8 @@ from typing import Any
 
 import torch
 
-from ..config import validate
 from ..data import DATASETS
 from ..models.zoo import build_model
-from ..runtime import run
 from ..runtime.run_dir import MODEL_FILE
 
 EVAL_BATCH = 2048
@@ -60,13 +58,6 @@ def adapted(config: dict[str, Any], method: str, pretrained: Path) -> dict[str, 
         "model": {**model, "options": {**model.get("options", {}), **options},
                   "init_from": str(pretrained), "init_skip": ["disc."]},
     }
-
-
-def run_once(config: dict[str, Any], out: Path) -> Path:
-    """Train ``config`` into ``out``; a run of the same config already there is resumed (a
-    finished one only re-scored), one of another config is refused."""
-    run(validate(config), out, resume=out.exists(), progress=False)
-    return out
 
 
 def target_rows(data: dict[str, Any], target_domain: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,6 +59,16 @@ Experiment = Callable[[ExperimentContext], ExperimentReport]
 EXPERIMENTS: Registry[Experiment] = Registry("experiment")
 
 
+def run_once(config: dict[str, Any], out: Path) -> Path:
+    """Train ``config`` into ``out``; a run of the same config already there is resumed (a
+    finished one only re-scored), one of another config is refused."""
+    from ..config import validate
+    from ..runtime import run
+
+    run(validate(config), out, resume=out.exists(), progress=False)
+    return out
+
+
 def _cell(value: float | str) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
