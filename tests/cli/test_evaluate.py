@@ -57,7 +57,7 @@ def test_each_width_is_its_mixed_bases_accuracy_and_cost(split_mix_run):
 def test_cli_prints_one_row_per_width(split_mix_run, capsys):
     assert main(["evaluate", str(split_mix_run), "--width", "all"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].split() == ["width", "accuracy", "loss", "params", "MACs"]
+    assert lines[0].split() == ["width", "lambda", "accuracy", "loss", "params", "MACs"]
     assert [line.split()[0] for line in lines[1:]] == ["x0.125", "x0.25", "x0.375", "x0.5"]
     assert main(["evaluate", str(split_mix_run), "--width", "0.25"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[1].split()[0] == "x0.25"
@@ -76,5 +76,9 @@ def test_algorithms_without_widths_and_unfinished_runs_are_refused(tmp_path, cap
     assert main(["evaluate", str(out)]) == 0
     assert main(["evaluate", str(out), "--width", "0.5"]) == 2
     assert "has no test-time width" in capsys.readouterr().err
+    assert main(["evaluate", str(out), "--lam", "0.5"]) == 2
+    assert "mixes dual batch norms" in capsys.readouterr().err
+    assert main(["evaluate", str(out), "--lam", "1.5"]) == 2
+    assert "not in [0, 1]" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2
     assert "not a finished fedveil run" in capsys.readouterr().err

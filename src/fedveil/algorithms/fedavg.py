@@ -8,7 +8,10 @@ from pydantic import Field
 from .. import params as P
 from ..errors import ConfigError
 from ..models.functional import buffer_names
+from ..training.adversarial import prefixed, unprefixed
 from ..training.local import GradHook
+from ..training.request import TaskLoss
+from .adversarial import AdversarialParams, AdversarialRequests
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
 
 
@@ -17,6 +20,9 @@ class FedAvgParams(AlgorithmParams):
         "samples", description="average weighted by client training-set size, or uniformly"
     )
     server_lr: float = Field(1.0, gt=0.0, description="server step on the averaged update")
+    adversarial: AdversarialParams | None = Field(
+        None, description="PGD adversarial training (Eq. 4.1; FedAvg+AT, or dual-BN AT with a dual_ norm model)"
+    )
     buffers: Literal["average", "local"] = Field(
         "average", description="model buffers (BatchNorm running statistics): averaged like the parameters "
         "(without the server step), or kept by each client (FedBN); no effect on models without buffers"
@@ -33,6 +39,11 @@ class FedAvg(Algorithm):
     def __init__(self, params: FedAvgParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)
         self.buffer_keys = frozenset(buffer_names(ctx.trainer.model))
+        adversarial = getattr(params, "adversarial", None)
+        self.adversarial = None if adversarial is None else AdversarialRequests(adversarial)
+        own_update = type(self).client_update is not FedAvg.client_update or type(self).grad_hook is not FedAvg.grad_hook
+        if self.adversarial is not None and own_update:
+            raise ConfigError(f"algorithm.adversarial is not supported by {type(self).__name__} (FedAvg and its server optimisers only)")
         self.local_buffers = getattr(params, "buffers", "average") == "local" and bool(self.buffer_keys)
         if self.local_buffers:
             if type(self).client_update is not FedAvg.client_update and not self.has_personal_models:
@@ -46,9 +57,15 @@ class FedAvg(Algorithm):
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = self._with_own_buffers(server_state["params"], client_state)
-        new, stats = task.trainer.train(
-            start, task.data.train, task.generator, task.round, self.grad_hook(server_state, client_state), dp=task.dp
-        )
+        hook = self.grad_hook(server_state, client_state)
+        if self.adversarial is None:
+            new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp)
+        else:  # the model wrapped as clean / adversarial pairs: its state names gain "net."
+            request = self.adversarial.request(task.trainer.model, TaskLoss(task.trainer.loss_fn))
+            new, stats = task.trainer.train(
+                prefixed(start), task.data.train, task.generator, task.round, dp=task.dp, **request
+            )
+            new = unprefixed(new)
         delta = P.sub(new, start)
         if self.local_buffers:  # the statistics stay with the client: not in the message
             delta = {k: v for k, v in delta.items() if k not in self.buffer_keys}

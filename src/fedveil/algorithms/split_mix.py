@@ -24,6 +24,9 @@ rounds are config values, the reproductions use the code's sweeps (E.2); MACs ar
 multiply-accumulates, Table 4.1 shows them /10 (E.5); bases are mixed in index order
 (the code's default, no ``--sort_bases``). Example-level DP-SGD applies (one training per
 round, accounted as usual) with a model without batch statistics (``norm = "none"``).
+With ``adversarial`` (dual-BN PGD training, Alg. C.1) one attack is made against all of a
+client's bases at once (their summed cross-entropy); the reference code attacks each base
+on its own, n times the PGD cost.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from .. import params as P
@@ -39,13 +43,20 @@ from ..errors import ConfigError
 from ..models.ensemble import BaseEnsemble
 from ..models.functional import forward
 from ..seeding import numpy_generator
+from ..training.adversarial import prefixed, unprefixed
 from ..training.request import Batch, LossFn, Objective
-from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
+from .base import ALGORITHMS, Algorithm, ClientResult, ClientTask, RunContext, State
+from .adversarial import AdversarialParams, AdversarialRequests
 from .budgets import BudgetParams, client_budgets
 
 
 class SplitMixParams(BudgetParams):
-    """Budgets, test width (first test_width / r bases mixed) and per-base weighting."""
+    """Budgets, test width (first test_width / r bases mixed), per-base weighting, and
+    optional dual-BN adversarial training (SplitMixDAT, Alg. C.1)."""
+
+    adversarial: AdversarialParams | None = Field(
+        None, description="PGD adversarial training of the bases (Eq. 4.1; dual-BN with a dual_ norm model)"
+    )
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class SplitMix(Algorithm):
         self.bases_per_client = [self._bases_for(b, "a budget") for b in self.budgets]
         self.test_bases = self.num_bases if params.test_width is None else self._bases_for(params.test_width, "algorithm.test_width")
         self.objective = PerBaseLoss(ctx.trainer.loss_fn)
+        self.adversarial = None if params.adversarial is None else AdversarialRequests(params.adversarial)
         # one module per base count, built up front (clients of a round run in threads)
         self.trainees = {n: model.with_bases(n, "stack") for n in range(1, self.num_bases + 1)}
         self.mixers = {n: model.with_bases(n, "mean") for n in range(1, self.num_bases + 1)}
@@ -146,10 +158,15 @@ class SplitMix(Algorithm):
         bases = server_state["plan"][task.client_id]
         to_local = {g: j for j, g in enumerate(bases)}
         start = rename_bases(server_state["params"], to_local)
-        new, stats = task.trainer.train(
-            start, task.data.train, task.generator, task.round, dp=task.dp,
-            model=self.trainees[len(bases)], objective=self.objective,
-        )
+        trainee = self.trainees[len(bases)]
+        if self.adversarial is None:
+            new, stats = task.trainer.train(
+                start, task.data.train, task.generator, task.round, dp=task.dp, model=trainee, objective=self.objective,
+            )
+        else:
+            request = self.adversarial.request(trainee, self.objective)
+            new, stats = task.trainer.train(prefixed(start), task.data.train, task.generator, task.round, dp=task.dp, **request)
+            new = unprefixed(new)
         delta = rename_bases(P.sub(new, start), {j: g for g, j in to_local.items()})
         message = {"delta": delta, "num_examples": task.data.num_train, "steps": stats.steps}
         uploaded = sum(v.numel() for v in delta.values())

@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", metavar="RUN_DIR")
     ev.add_argument("--width", action="append", help="width in (0, 1], or 'all' for every width the model offers "
                     "(repeatable; default: the width the run evaluated)")
+    ev.add_argument("--lam", action="append", type=float, help="dual-BN mix lambda in [0, 1] (Eq. 4.2: 0 most "
+                    "accurate, 1 most robust; repeatable; models with a dual_ norm)")
+    ev.add_argument("--robust", action="store_true", help="also the robust accuracy under L-inf PGD")
+    ev.add_argument("--eps", type=float, default=8 / 255, help="PGD radius (default 8/255)")
+    ev.add_argument("--pgd-steps", type=int, default=7, help="PGD steps (default 7)")
     ev.add_argument("--data-root", help="the data set's folder, when it moved since the run (sets data.root)")
 
     sub.add_parser("datasets", help="list the data sets")
@@ -246,13 +251,23 @@ def _print_entries(registry) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..runtime.saved_model import evaluate_saved
+    from ..training.adversarial import PGD
 
     widths = "all" if args.width and "all" in args.width else [_width(w) for w in args.width] if args.width else [None]
-    rows = evaluate_saved(args.run_dir, widths, args.data_root)
-    print(f"{'width':>8} {'accuracy':>9} {'loss':>8} {'params':>12} {'MACs':>14}")
+    for lam in args.lam or ():
+        if not 0 <= lam <= 1:
+            raise ConfigError(f"--lam: {lam:g} is not in [0, 1]")
+    if args.robust and not (args.eps > 0 and args.pgd_steps >= 1):
+        raise ConfigError("--robust needs --eps > 0 and --pgd-steps >= 1")
+    attack = PGD(args.eps, args.pgd_steps) if args.robust else None
+    rows = evaluate_saved(args.run_dir, widths, args.data_root, lams=args.lam or [None], attack=attack)
+    robust = f" {'robust':>9}" if attack else ""
+    print(f"{'width':>8} {'lambda':>6} {'accuracy':>9}{robust} {'loss':>8} {'params':>12} {'MACs':>14}")
     for r in rows:
         shown = "as run" if r["width"] is None else f"x{r['width']:g}"
-        print(f"{shown:>8} {r.get('accuracy', float('nan')):>9.4f} {r.get('loss', float('nan')):>8.4f} "
+        lam = "-" if r["lam"] is None else f"{r['lam']:g}"
+        ra = f" {r['robust_accuracy']:>9.4f}" if attack else ""
+        print(f"{shown:>8} {lam:>6} {r.get('accuracy', float('nan')):>9.4f}{ra} {r.get('loss', float('nan')):>8.4f} "
               f"{r['params']:>12,} {r['macs']:>14,}")
     return 0
 

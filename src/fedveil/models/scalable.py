@@ -11,7 +11,9 @@ import math
 import torch
 from torch import nn
 
-NORMS = ("batch_average", "batch_tracked", "none")
+from .dual_bn import DualBatchNorm
+
+NORMS = ("batch_average", "batch_tracked", "dual_batch_average", "dual_batch_tracked", "none")
 
 
 def _check_width(width: float) -> float:
@@ -60,15 +62,19 @@ def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
     """The BN after a layer of ``channels`` outputs (Table C.3 options): ``"batch_average"``
     normalises with the batch's statistics in training AND eval and keeps no buffers (the
     paper's default); ``"batch_tracked"`` is ordinary BatchNorm with running statistics;
-    ``"none"`` is the identity (needed for example-level DP-SGD). ``dims`` is 1 (after a
+    ``"none"`` is the identity (needed for example-level DP-SGD); the ``"dual_"`` forms are a
+    clean and a noise BN of that kind, mixed at test time (:mod:`.dual_bn`). ``dims`` is 1 (after a
     linear layer) or 2 (after a convolution)."""
     check_norm(norm)
     if dims not in (1, 2):
         raise ValueError(f"dims must be 1 or 2, got {dims!r}")
     if norm == "none":
         return nn.Identity()
+    tracked = norm.endswith("tracked")
+    if norm.startswith("dual_"):
+        return DualBatchNorm(channels, dims, tracked)
     cls = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d
-    return cls(channels, track_running_stats=norm == "batch_tracked")
+    return cls(channels, track_running_stats=tracked)
 
 
 def check_norm(norm: str) -> str:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
+
 from ..config import validate
+from ..data.arrays import ArrayDataset
+from ..models.dual_bn import has_dual_bn, with_mix
+from ..seeding import torch_generator
+from ..training.adversarial import PGD
 from ..errors import ConfigError
 from ..models.complexity import count_macs, count_params
 from .evaluation import evaluate
@@ -27,28 +33,53 @@ def load_saved_run(run_dir: str | Path, data_root: str | None = None) -> tuple[S
 
 
 def evaluate_saved(
-    run_dir: str | Path, widths: Sequence[float | None] | str = (None,), data_root: str | None = None
+    run_dir: str | Path, widths: Sequence[float | None] | str = (None,), data_root: str | None = None, *,
+    lams: Sequence[float | None] = (None,), attack: PGD | None = None,
 ) -> list[dict[str, Any]]:
-    """Per width: pooled-test metrics of the run's global model, its parameter count and MACs
-    per example. ``None`` is the model as the run evaluated it; a number is the model
-    customised to that width (algorithms with ``predict_at``); ``"all"`` every width offered."""
+    """Per width and dual-BN mix: pooled-test metrics of the run's global model, its parameter
+    count and MACs per example. A width ``None`` is the model as the run evaluated it; a
+    number is the model customised to that width (algorithms with ``predict_at``); ``"all"``
+    every width offered. A ``lam`` mixes every dual BN (Eq. 4.2; models with a ``dual_``
+    norm). With ``attack``, also ``robust_accuracy``: accuracy on PGD examples made against
+    the same customised model (the paper's RA)."""
     sim, params = load_saved_run(run_dir, data_root)
-    algorithm, name = sim.algorithm, sim.config.algorithm.name
+    algorithm, name, model = sim.algorithm, sim.config.algorithm.name, sim.trainer.model
     if widths == "all" or any(w is not None for w in widths):
         if not hasattr(algorithm, "predict_at"):
             raise ConfigError(f"algorithm '{name}' has no test-time width (split_mix has)")
+    if any(lam is not None for lam in lams) and not has_dual_bn(model):
+        raise ConfigError("--lam mixes dual batch norms: the run's model has none (train with model.options.norm = \"dual_...\")")
     if widths == "all":
         widths = algorithm.widths()
     rows = []
     for width in widths:
         if width is None:
-            predict, module = algorithm.predict, sim.trainer.model
+            predict, module = algorithm.predict, model
         else:
             module = algorithm.model_at(width)
 
             def predict(_model, state, x, width=width):
                 return algorithm.predict_at(state, x, width)
 
-        metrics = evaluate(sim.trainer.model, params, sim.data.test, sim.data.task, sim.config.eval.batch_size, predict=predict)
-        rows.append({"width": width, **metrics, "params": count_params(module), "macs": count_macs(module, sim.data.input_shape)})
+        for lam in lams:
+            state = params if lam is None else with_mix(params, lam)
+            metrics = evaluate(model, state, sim.data.test, sim.data.task, sim.config.eval.batch_size, predict=predict)
+            if attack is not None:
+                metrics["robust_accuracy"] = robust_accuracy(
+                    lambda x, state=state, predict=predict: predict(model, state, x), sim.data.test, attack,
+                    sim.config.eval.batch_size, torch_generator(sim.config.seed, "robust-eval"),
+                )
+            rows.append({"width": width, "lam": lam, **metrics, "params": count_params(module),
+                         "macs": count_macs(module, sim.data.input_shape)})
     return rows
+
+
+def robust_accuracy(predict, data: ArrayDataset, attack: PGD, batch_size: int, generator: torch.Generator) -> float:
+    """Accuracy of ``predict`` on ``attack``'s adversarial version of each test batch."""
+    correct = 0
+    for start in range(0, len(data), batch_size):
+        x, y = data.x[start : start + batch_size], data.y[start : start + batch_size]
+        adversarial = attack.attack(predict, x, y, generator)
+        with torch.no_grad():
+            correct += int((predict(adversarial).argmax(1) == y).sum())
+    return correct / len(data)

@@ -142,7 +142,8 @@ class VectorizedExecutor:
     def _train_group(self, posts: list[_Post]) -> None:
         trainer, first = posts[0].trainer, posts[0].request
         model = trainer.model if first.model is None else first.model
-        stacked = self._stacked_model(model, private=first.dp is not None)
+        # a per-step input transform (PGD pairs) runs the model on each client's own batch
+        stacked = None if first.input_fn is not None else self._stacked_model(model, private=first.dp is not None)
         if stacked is None:
             outputs = [trainer.run(p.request) for p in posts]
         else:

@@ -35,7 +35,8 @@ def stacking_key(request: TrainRequest, trainer: LocalTrainer) -> tuple:
     variant, objective, kind of mask, privacy and row mix (shapes follow from the model)."""
     mask = None if request.param_mask is None else frozenset(request.param_mask)
     model = trainer.model if request.model is None else request.model
-    return (id(model), trainer.objective_of(request), mask, request.dp is None, request.private_rows is not None)
+    return (id(model), trainer.objective_of(request), mask, request.dp is None, request.private_rows is not None,
+            request.input_fn is not None)
 
 
 def _losses(objective: Objective, out, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
@@ -159,6 +160,8 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     rounds = {r.round_idx for r in requests}
     if len(rounds) != 1:
         raise ValueError(f"one stacked batch trains one round, got rounds {sorted(rounds)}")
+    if any(r.input_fn is not None for r in requests):
+        raise ValueError("requests with an input_fn are trained one by one (LocalTrainer.run)")
     if len({stacking_key(r, trainer) for r in requests}) != 1:
         raise ValueError("one stacked batch needs requests of one model variant, objective, mask kind and privacy")
     first = requests[0]

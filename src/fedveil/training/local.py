@@ -159,7 +159,7 @@ class LocalTrainer:
         **request,
     ) -> tuple[Params, LocalStats]:
         """Run local SGD on ``data`` from ``params``; the keyword arguments are the other
-        fields of :class:`TrainRequest` (``model``, ``objective``, ``param_mask``, ``private_rows``)."""
+        fields of :class:`TrainRequest` (``model``, ``objective``, ``param_mask``, ``private_rows``, ``input_fn``)."""
         return self.run(TrainRequest(params, data, generator, round_idx, grad_hook, dp, **request))
 
     def run(self, request: TrainRequest) -> tuple[Params, LocalStats]:
@@ -186,6 +186,8 @@ class LocalTrainer:
         losses, examples = [], 0
         for idx, private in self.step_rows(request):
             batch = Batch.of(request.data, idx)
+            if request.input_fn is not None:
+                batch = request.input_fn({**w, **buffers}, batch, request.generator)
             if dp is None:
                 loss, g = self.loss_and_grad(w, batch, model, objective, buffers)
             else:

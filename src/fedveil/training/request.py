@@ -10,7 +10,11 @@ the loop (DESIGN idea 7). The serial trainer and its stacked twin read the same 
 * ``param_mask``: 0/1 tensors (broadcastable to the parameter) of the coordinates that may
   move; masked coordinates get no update and, under DP-SGD, no noise;
 * ``private_rows``: only the first ``private_rows`` rows of the data are private (e.g. own
-  rows followed by a public pool); DP-SGD samples, clips, counts and accounts only those.
+  rows followed by a public pool); DP-SGD samples, clips, counts and accounts only those;
+* ``input_fn``: ``(state, batch, generator) -> batch`` applied to each step's batch with
+  the current model state before the forward, e.g. PGD adversarial pairs; it must map each
+  row on its own (row i of the result depends on row i and the state only), so per-example
+  losses stay per example under DP-SGD. Such requests are trained client by client.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from ..params import Params
 from ..privacy.dp_sgd import ExampleDP
 
 GradHook = Callable[[Params, Params], Params]
+InputFn = Callable[[Params, "Batch", torch.Generator], "Batch"]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -112,6 +117,7 @@ class TrainRequest:
     objective: Objective | None = None
     param_mask: Params | None = None
     private_rows: int | None = None
+    input_fn: InputFn | None = None
 
     def __post_init__(self) -> None:
         if self.private_rows is not None and not 0 < self.private_rows <= len(self.data):
@@ -132,4 +138,4 @@ class TrainRequest:
         return len(self.data) - self.num_private
 
 
-__all__ = ["Batch", "GradHook", "LossFn", "Objective", "TaskLoss", "TrainRequest"]
+__all__ = ["Batch", "GradHook", "InputFn", "LossFn", "Objective", "TaskLoss", "TrainRequest"]
