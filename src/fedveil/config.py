@@ -129,8 +129,9 @@ class ClientConfig(_Section):
     )
     lr_decay: float = Field(0.1, gt=0.0, le=1.0, description="factor for step / per-round factor for exponential")
     lr_step_rounds: int = Field(50, ge=1, description="rounds between decays of the step schedule")
-    loss: Literal["auto", "cross_entropy", "hinge", "mse", "half_mse"] = Field(
+    loss: Literal["auto", "cross_entropy", "masked_cross_entropy", "hinge", "mse", "half_mse"] = Field(
         "auto", description="training loss: auto = cross_entropy for classification, mse for regression; "
+        "masked_cross_entropy zeroes the logits of classes absent from the batch (HeteroFL, class non-IID clients); "
         "hinge = multi-class SVM hinge; half_mse = (y_hat - y)^2 / 2 as in the MR-MTL paper"
     )
 
@@ -320,6 +321,11 @@ class RunConfig(_Section):
                 self.privacy.noise_schedule.shape(self.federation.rounds)
             except ValueError as err:
                 raise ValueError(f"privacy.noise_schedule: {err}") from None
+        if self.privacy.level == "example" and self.client.loss == "masked_cross_entropy":
+            raise ValueError(
+                "client.loss = masked_cross_entropy couples the examples of a batch (the mask is the batch's labels), "
+                "which per-example DP-SGD cannot bound; use cross_entropy with privacy.level = example"
+            )
         cohort_epsilons = self.privacy.client_epsilons
         if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:
             raise ValueError(

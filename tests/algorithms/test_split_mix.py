@@ -190,3 +190,31 @@ def test_clear_errors_before_any_work():
         _simulation(algorithm={"budgets": [0.1, 0.5]})
     with pytest.raises(ConfigError, match="test_width"):
         _simulation(algorithm={"test_width": 0.1})
+
+
+def test_masked_cross_entropy_zeroes_absent_class_logits_and_couples_the_batch():
+    from fedveil.training.local import masked_cross_entropy
+    from fedveil.training.request import TaskLoss
+
+    out = torch.tensor([[2.0, 1.0, -1.0], [0.5, 3.0, 1.0]])
+    y = torch.tensor([0, 0])  # classes 1 and 2 absent: their logits become 0
+    expected = F.cross_entropy(torch.tensor([[2.0, 0.0, 0.0], [0.5, 0.0, 0.0]]), y)
+    torch.testing.assert_close(masked_cross_entropy(out, y), expected)
+    assert not TaskLoss(masked_cross_entropy).per_example_ok and TaskLoss(F.cross_entropy).per_example_ok
+    assert not PerBaseLoss(masked_cross_entropy).per_example_ok
+    with pytest.raises(ConfigError, match="couples the examples"):
+        tiny_config(**merge(SPLIT_MIX, {"client": {"loss": "masked_cross_entropy"},
+                                        "privacy": {"level": "example", "epsilon": 4.0, "clip": 1.0}}))
+
+
+def test_masked_loss_runs_agree_on_both_executors(tmp_path):
+    params = {}
+    for executor in ("serial", "vectorized"):
+        sections = merge(merge(SPLIT_MIX, WELL_CONDITIONED), {
+            "executor": executor, "client": {"loss": "masked_cross_entropy"},
+            "data": {"partition": {"name": "shards", "classes_per_client": 3}},
+        })
+        run(tiny_config(**sections), tmp_path / executor, progress=False)
+        params[executor] = torch.load(tmp_path / executor / "checkpoint.pt", weights_only=True)["server"]["params"]
+    for name, value in params["serial"].items():
+        torch.testing.assert_close(params["vectorized"][name], value, rtol=1e-4, atol=1e-5, msg=name)

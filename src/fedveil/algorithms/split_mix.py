@@ -65,6 +65,10 @@ class PerBaseLoss(Objective):
 
     loss_fn: LossFn
 
+    @property
+    def per_example_ok(self) -> bool:
+        return not getattr(self.loss_fn, "couples_batch", False)
+
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         return sum(self.loss_fn(out[:, j], batch.y) for j in range(out.shape[1]))
 

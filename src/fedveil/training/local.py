@@ -39,7 +39,7 @@ class SGDSettings(Protocol):
     lr_step_rounds: int
 
 
-CLASSIFICATION_LOSSES = ("cross_entropy", "hinge")
+CLASSIFICATION_LOSSES = ("cross_entropy", "masked_cross_entropy", "hinge")
 REGRESSION_LOSSES = ("mse", "half_mse")
 
 
@@ -49,6 +49,17 @@ def multiclass_hinge(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     true = out.gather(1, y.view(-1, 1))
     margins = (1.0 - true + out).clamp(min=0.0)
     return (margins.sum(1) - 1.0).mean()  # the j = y term contributes exactly 1
+
+
+def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """HeteroFL's local masked cross-entropy (Diao et al. 2021; Split-Mix's class non-IID
+    loss, spec 000 part 2 §A.6): logits of the classes absent from the batch's labels are
+    multiplied by 0 (not set to -inf), then cross-entropy. It couples the rows of a batch."""
+    present = torch.zeros(out.shape[-1], dtype=out.dtype, device=out.device).index_fill(0, y, 1.0)
+    return F.cross_entropy(out * present, y)
+
+
+masked_cross_entropy.couples_batch = True  # read by TaskLoss / PerBaseLoss: no per-example losses
 
 
 def task_loss(task: str, name: str = "auto") -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -63,6 +74,8 @@ def task_loss(task: str, name: str = "auto") -> Callable[[torch.Tensor, torch.Te
         raise ValueError(f"loss '{name}' does not fit a {task} task; choose one of {', '.join(allowed)}")
     if name == "cross_entropy":
         return F.cross_entropy
+    if name == "masked_cross_entropy":
+        return masked_cross_entropy
     if name == "hinge":
         return multiclass_hinge
     if name == "mse":

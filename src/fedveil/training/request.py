@@ -94,6 +94,10 @@ class TaskLoss(Objective):
 
     loss_fn: LossFn
 
+    @property
+    def per_example_ok(self) -> bool:  # a loss marked ``couples_batch`` (masked cross-entropy) is not per example
+        return not getattr(self.loss_fn, "couples_batch", False)
+
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         return self.loss_fn(out, batch.y)
 

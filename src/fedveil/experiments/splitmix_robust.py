@@ -1,0 +1,211 @@
+"""Robustness customised at test time: dual-BN adversarial training (Split-Mix DAT) vs
+FedAvg+AT at several lambda_n, standard (SA) and robust (RA) accuracy (Hong et al. ICLR 2022
+Fig. 4.7 a-b, full width; spec 000 part 2 §A.7, §A.12; the paper gives curves, no numbers).
+
+Setup: the five digit domains of ``splitmix_digits`` (``digit_domains_synthetic``, pixels in
+[0, 1]); FedBN's digits CNN with tracked BN, no rescaling (the reference code's AT
+settings); PGD L-inf eps 8/255, 7 steps, step min(1.25 eps, eps + 4/255) / 7, random start,
+in training and at test. FedAvg+AT trains one model per lambda_n (ordinary BN shared by
+clean and adversarial batches); DAT trains one dual-BN model with lambda_n = 0.5 and is
+mixed at test time with lambda in {0, 0.2, 0.5, 0.8, 1} (Eq. 4.2), the attack made against
+the mixed model. The full-width runs of the reference code use one x1 base, so DAT here is
+``fedavg`` with a dual-BN model (``split_mix`` with one base is the same training).
+
+Claims checked: (a) the DAT curve is at least as good as FedAvg+AT's points: for each AT
+point, the DAT curve's RA at the same SA (linear interpolation) is not lower; (b) DAT's
+lambda trades accuracy for robustness monotonically (RA grows and SA falls from 0 to 1).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..config import validate
+from ..runtime.saved_model import evaluate_saved
+from ..training.adversarial import PGD
+from . import seed_stats as st
+from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, run_once
+
+EPS, STEPS = 8 / 255, 7
+# method -> setting (lambda_n for AT, test lambda for DAT) -> {"sa": [...], "ra": [...]} per seed
+Results = dict[str, dict[float, dict[str, list[float]]]]
+
+
+@dataclass
+class RobustStudy:
+    at_lambdas: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3, 0.5, 1.0])
+    test_lambdas: list[float] = field(default_factory=lambda: [0.0, 0.2, 0.5, 0.8, 1.0])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    clients_per_domain: int = 2
+    rows_per_domain: int = 200
+    test_rows_per_domain: int = 100
+    size: int = 16
+    width: float = 0.25
+    rounds: int = 30
+    lr: float = 0.1
+
+
+def robust_study(quick: bool = False) -> RobustStudy:
+    if quick:
+        return RobustStudy(at_lambdas=[0.0, 1.0], test_lambdas=[0.0, 1.0], seeds=[0], rows_per_domain=40,
+                           test_rows_per_domain=20, rounds=2)
+    return RobustStudy()
+
+
+def run_config(ctx: ExperimentContext, study: RobustStudy, seed: int, norm: str, lam: float) -> dict[str, Any]:
+    return {
+        "seed": seed,
+        "data": {
+            "name": "digit_domains_synthetic", "root": str(ctx.data_dir("mnist-10k", "mnist")),
+            "num_clients": 5 * study.clients_per_domain, "test_fraction": 0.0,
+            "options": {"rows_per_domain": study.rows_per_domain, "test_rows_per_domain": study.test_rows_per_domain,
+                        "size": study.size, "seed": 0},
+            "partition": {"name": "domain"},
+        },
+        "model": {"name": "digit_cnn", "options": {"width": study.width, "norm": norm, "rescale_init": False,
+                                                   "rescale_layer": False}},
+        "algorithm": {"name": "fedavg", **({"adversarial": {"lam": lam, "eps": EPS, "steps": STEPS}} if lam > 0 else {})},
+        "client": {"epochs": 1, "batch_size": 32, "lr": study.lr, "momentum": 0.9, "weight_decay": 5e-4,
+                   "lr_schedule": "cosine"},
+        "federation": {"rounds": study.rounds, "clients_per_round": 5 * study.clients_per_domain},
+        "eval": {"every": study.rounds, "batch_size": 128},
+        "checkpoint": {"every": 5},
+    }
+
+
+def run_study(ctx: ExperimentContext, study: RobustStudy, progress: bool = True) -> Results:
+    jobs = []
+    for seed in study.seeds:
+        for lam in study.at_lambdas:
+            jobs.append(("fedavg_at", lam, run_config(ctx, study, seed, "batch_tracked", lam), ctx.runs_dir / f"at_lam{lam:g}_seed{seed}"))
+        jobs.append(("dat", None, run_config(ctx, study, seed, "dual_batch_tracked", 0.5), ctx.runs_dir / f"dat_seed{seed}"))
+    for _, _, config, _ in jobs:
+        validate(config)  # every config is checked before the first run starts
+    attack = PGD(EPS, STEPS)
+    results: Results = {}
+    for method, lam, config, out in tqdm(jobs, desc="splitmix_robust", unit="run", disable=not progress, dynamic_ncols=True):
+        run_once(config, out)
+        lams = study.test_lambdas if method == "dat" else [None]
+        for row in evaluate_saved(out, lams=lams, attack=attack):
+            cell = results.setdefault(method, {}).setdefault(lam if method == "fedavg_at" else row["lam"], {"sa": [], "ra": []})
+            cell["sa"].append(row["accuracy"])
+            cell["ra"].append(row["robust_accuracy"])
+    return results
+
+
+def curve_ra_at(dat: dict[float, dict[str, list[float]]], sa: float) -> float:
+    """The DAT curve's RA at standard accuracy ``sa`` (mean curve, linear in SA; NaN outside its SA range)."""
+    points = sorted((st.mean(v["sa"]), st.mean(v["ra"])) for v in dat.values())
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if not xs[0] - 1e-9 <= sa <= xs[-1] + 1e-9:
+        return float("nan")
+    return float(np.interp(sa, xs, ys))
+
+
+def table_rows(results: Results, study: RobustStudy) -> list[ResultRow]:
+    rows = []
+    for lam in study.at_lambdas:
+        got = results["fedavg_at"][lam]
+        rows.append(ResultRow(f"FedAvg+AT, lambda_n = {lam:g}", "SA; RA (PGD-7, 8/255)",
+                              f"{st.cell(got['sa'])}; {st.cell(got['ra'])}", "curve only (Fig. 4.7a)"))
+    for lam in study.test_lambdas:
+        got = results["dat"][lam]
+        rows.append(ResultRow(f"DAT (lambda_n = 0.5), test lambda = {lam:g}", "SA; RA (PGD-7, 8/255)",
+                              f"{st.cell(got['sa'])}; {st.cell(got['ra'])}", "curve only (Fig. 4.7a)"))
+    return rows
+
+
+def claim_rows(results: Results, study: RobustStudy) -> list[ResultRow]:
+    dat, rows = results["dat"], []
+    for lam in study.at_lambdas:
+        at = results["fedavg_at"][lam]
+        sa, ra = st.mean(at["sa"]), st.mean(at["ra"])
+        curve = curve_ra_at(dat, sa)
+        if np.isnan(curve):
+            verdict = "not comparable (outside the DAT curve's SA range)"
+        else:
+            verdict = "holds" if curve >= ra - 2 * max(st.sem(at["ra"]), 1e-12) else "does not hold"
+        rows.append(ResultRow(
+            f"FedAvg+AT lambda_n = {lam:g} (SA {sa:.4f})", "(a) DAT curve's RA at that SA vs the AT point's RA",
+            f"{curve:.4f} vs {ra:.4f}", "DAT curve above AT points (Fig. 4.7a)", verdict,
+        ))
+    lo, hi = min(study.test_lambdas), max(study.test_lambdas)
+    sa_drop = st.difference(dat[hi]["sa"], dat[lo]["sa"])
+    ra_gain = st.difference(dat[lo]["ra"], dat[hi]["ra"])
+    rows.append(ResultRow(
+        f"DAT, test lambda {lo:g} -> {hi:g}", "(b) RA rises and SA falls with lambda",
+        f"RA {st.mean(dat[lo]['ra']):.4f} -> {st.mean(dat[hi]['ra']):.4f}; SA {st.mean(dat[lo]['sa']):.4f} -> "
+        f"{st.mean(dat[hi]['sa']):.4f}", "smooth trade-off (Fig. 4.7a)",
+        f"RA: {st.lower_verdict(*ra_gain)}; SA: {st.lower_verdict(*sa_drop)}",
+    ))
+    return rows
+
+
+def scale_notes(study: RobustStudy, quick: bool) -> list[str]:
+    notes = [
+        "data: digit_domains_synthetic (MNIST and four synthetic SVHN / USPS / SynthDigits / MNIST-M-like domains of "
+        f"disjoint MNIST rows) at {study.size}x{study.size} instead of FedBN's Digits at 28x28; "
+        f"{study.rows_per_domain} training and {study.test_rows_per_domain} test rows per domain, "
+        f"{5 * study.clients_per_domain} clients (the paper: 50)",
+        f"model: the digits CNN at width {study.width:g} as the 'full-width' net (the paper: x1), tracked BN, no rescaling",
+        f"training: {study.rounds} rounds (the paper's code: 300), 1 epoch, lr {study.lr} cosine, momentum 0.9; "
+        f"seeds {study.seeds}",
+        "attack: the reference code's PGD (step (10/255)/7, random start) for training and test (the thesis: step 2/255)",
+        "score: the final model on the pooled test rows (the paper: best-validation checkpoint by (1 - lambda) SA + "
+        "lambda RA, per-client mean)",
+        "FedAvg+OAT (FiLM-conditioned once-for-all AT) is not run; joint width x robustness customisation (Fig. 4.7c-d) "
+        "is not run here",
+    ]
+    if quick:
+        notes.append(f"quick mode: {study.rounds} rounds, {study.rows_per_domain} rows per domain, one seed; not comparable")
+    return notes
+
+
+def plot(results: Results, study: RobustStudy, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    at = results["fedavg_at"]
+    ax.errorbar([st.mean(at[l]["sa"]) for l in study.at_lambdas], [st.mean(at[l]["ra"]) for l in study.at_lambdas],
+                xerr=[st.std(at[l]["sa"]) for l in study.at_lambdas], yerr=[st.std(at[l]["ra"]) for l in study.at_lambdas],
+                fmt="s", capsize=3, label="FedAvg+AT (one model per lambda_n)")
+    for lam in study.at_lambdas:
+        ax.annotate(f"{lam:g}", (st.mean(at[lam]["sa"]), st.mean(at[lam]["ra"])), fontsize=7)
+    dat = results["dat"]
+    ax.errorbar([st.mean(dat[l]["sa"]) for l in study.test_lambdas], [st.mean(dat[l]["ra"]) for l in study.test_lambdas],
+                xerr=[st.std(dat[l]["sa"]) for l in study.test_lambdas], yerr=[st.std(dat[l]["ra"]) for l in study.test_lambdas],
+                marker="o", capsize=3, label="DAT, one model, lambda chosen at test")
+    ax.set_xlabel("standard accuracy (SA)")
+    ax.set_ylabel("robust accuracy (RA, PGD-7 8/255)")
+    ax.set_title(f"Robustness trade-off, mean ± std over {len(study.seeds)} seed(s)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_experiment(ctx: ExperimentContext, study: RobustStudy, progress: bool = True) -> ExperimentReport:
+    results = run_study(ctx, study, progress)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    figures = ["robustness_tradeoff.png"]
+    plot(results, study, ctx.out_dir / figures[0])
+    return ExperimentReport(
+        title="Robustness customised at test time: dual-BN adversarial training vs FedAvg+AT",
+        source="Hong et al. ICLR 2022 Fig. 4.7a-b, App. C.1.2 (spec 000 part 2 §A.7; curves, no numbers)",
+        rows=table_rows(results, study) + claim_rows(results, study),
+        scale_notes=scale_notes(study, ctx.quick),
+        extra={"study": asdict(study), "results": {m: {f"{k:g}": v for k, v in by.items()} for m, by in results.items()}},
+        figures=figures,
+    )
+
+
+@EXPERIMENTS.register("splitmix_robust", "Split-Mix dual-BN AT vs FedAvg+AT: SA-RA trade-off chosen at test time (Fig. 4.7)")
+def splitmix_robust(ctx: ExperimentContext) -> ExperimentReport:
+    return run_experiment(ctx, robust_study(ctx.quick))
