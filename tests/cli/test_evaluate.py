@@ -82,3 +82,13 @@ def test_algorithms_without_widths_and_unfinished_runs_are_refused(tmp_path, cap
     assert "not in [0, 1]" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2
     assert "not a finished fedveil run" in capsys.readouterr().err
+
+
+def test_refresh_bn_needs_tracked_statistics_and_recomputes_them(split_mix_run, tmp_path, capsys):
+    assert main(["evaluate", str(split_mix_run), "--refresh-bn", "2"]) == 2
+    assert "no BatchNorm with running statistics" in capsys.readouterr().err
+    tracked = dict(SPLIT_MIX, model={"name": "digit_cnn", "options": {"width": 0.5, "bases": 4, "norm": "batch_tracked"}})
+    out = tmp_path / "tracked"
+    run(tiny_config(**tracked), out, progress=False)
+    before, after = evaluate_saved(out)[0], evaluate_saved(out, refresh_bn=2)[0]
+    assert before["loss"] != after["loss"]

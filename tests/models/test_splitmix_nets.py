@@ -324,3 +324,23 @@ def test_rescale_layer_defaults_to_on_with_batch_norm_and_is_refused_without():
     assert scalers(build_model("digit_cnn", (1, 8, 8), 10, width=0.5, rescale_layer=False)) == 0
     with pytest.raises(ValueError, match="rescale_layer needs a BatchNorm"):
         build_model("preresnet18", (3, 8, 8), 10, width=0.5, norm="none", rescale_layer=True)
+
+
+def test_refresh_batch_norm_is_the_cumulative_average_of_batch_statistics():
+    from fedveil.models.functional import model_state, refresh_batch_norm
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    state = model_state(net)
+    state["1.running_mean"].fill_(5.0)  # stale statistics are thrown away
+    batches = [torch.randn(8, 3), torch.randn(8, 3) + 1, torch.randn(8, 3) * 2]
+    fresh = refresh_batch_norm(net, state, batches)
+    with torch.no_grad():
+        hidden = [net[0](x) for x in batches]
+    # momentum None: the plain mean over batches of each batch's mean and unbiased variance
+    torch.testing.assert_close(fresh["1.running_mean"], torch.stack([h.mean(0) for h in hidden]).mean(0))
+    torch.testing.assert_close(fresh["1.running_var"], torch.stack([h.var(0) for h in hidden]).mean(0))
+    assert int(fresh["1.num_batches_tracked"]) == 3
+    assert state["1.running_mean"][0] == 5.0 and net[1].momentum == 0.1  # the input state and the module untouched
+    with pytest.raises(ValueError, match="no BatchNorm with running statistics"):
+        refresh_batch_norm(digit(width=0.125), model_state(digit(width=0.125)), batches)

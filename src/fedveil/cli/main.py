@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--robust", action="store_true", help="also the robust accuracy under L-inf PGD")
     ev.add_argument("--eps", type=float, default=8 / 255, help="PGD radius (default 8/255)")
     ev.add_argument("--pgd-steps", type=int, default=7, help="PGD steps (default 7)")
+    ev.add_argument("--refresh-bn", type=int, default=0, metavar="PASSES", help="re-estimate the BN running "
+                    "statistics with PASSES passes over the clients' training rows first ('post average')")
     ev.add_argument("--data-root", help="the data set's folder, when it moved since the run (sets data.root)")
 
     sub.add_parser("datasets", help="list the data sets")
@@ -260,7 +262,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.robust and not (args.eps > 0 and args.pgd_steps >= 1):
         raise ConfigError("--robust needs --eps > 0 and --pgd-steps >= 1")
     attack = PGD(args.eps, args.pgd_steps) if args.robust else None
-    rows = evaluate_saved(args.run_dir, widths, args.data_root, lams=args.lam or [None], attack=attack)
+    if args.refresh_bn < 0:
+        raise ConfigError(f"--refresh-bn: {args.refresh_bn} passes is negative")
+    rows = evaluate_saved(args.run_dir, widths, args.data_root, lams=args.lam or [None], attack=attack,
+                          refresh_bn=args.refresh_bn)
     robust = f" {'robust':>9}" if attack else ""
     print(f"{'width':>8} {'lambda':>6} {'accuracy':>9}{robust} {'loss':>8} {'params':>12} {'MACs':>14}")
     for r in rows:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -78,3 +79,30 @@ def submodule_forward(model: nn.Module, name: str, state: Params, x: torch.Tenso
             return functional_call(module, sub, (x,))
         finally:
             module.train(was_training)
+
+
+@torch.no_grad()
+def refresh_batch_norm(model: nn.Module, state: Params, batches: Iterable[torch.Tensor]) -> Params:
+    """``state`` with every tracked BatchNorm's running statistics re-estimated from scratch
+    on ``batches`` (Split-Mix's "post average", HeteroFL's static BN): reset, then each batch's
+    statistics averaged cumulatively (BN momentum None), in training mode, other entries kept."""
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not layers:
+        raise ValueError("the model has no BatchNorm with running statistics to refresh (use a *_tracked norm)")
+    fresh = {k: v.clone() for k, v in state.items()}
+    for name, module in model.named_modules():
+        if module in layers:
+            prefix = f"{name}." if name else ""
+            fresh[prefix + "running_mean"].zero_()
+            fresh[prefix + "running_var"].fill_(1.0)
+            fresh[prefix + "num_batches_tracked"].zero_()
+    momenta = [m.momentum for m in layers]
+    for m in layers:
+        m.momentum = None  # cumulative moving average over the refresh batches
+    try:
+        for x in batches:
+            forward(model, fresh, x, train=True)
+    finally:
+        for m, momentum in zip(layers, momenta):
+            m.momentum = momentum
+    return fresh

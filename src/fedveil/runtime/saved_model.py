@@ -10,6 +10,7 @@ import torch
 from ..config import validate
 from ..data.arrays import ArrayDataset
 from ..models.dual_bn import has_dual_bn, with_mix
+from ..models.functional import refresh_batch_norm
 from ..seeding import torch_generator
 from ..training.adversarial import PGD
 from ..errors import ConfigError
@@ -34,16 +35,23 @@ def load_saved_run(run_dir: str | Path, data_root: str | None = None) -> tuple[S
 
 def evaluate_saved(
     run_dir: str | Path, widths: Sequence[float | None] | str = (None,), data_root: str | None = None, *,
-    lams: Sequence[float | None] = (None,), attack: PGD | None = None,
+    lams: Sequence[float | None] = (None,), attack: PGD | None = None, refresh_bn: int = 0,
 ) -> list[dict[str, Any]]:
     """Per width and dual-BN mix: pooled-test metrics of the run's global model, its parameter
     count and MACs per example. A width ``None`` is the model as the run evaluated it; a
     number is the model customised to that width (algorithms with ``predict_at``); ``"all"``
     every width offered. A ``lam`` mixes every dual BN (Eq. 4.2; models with a ``dual_``
     norm). With ``attack``, also ``robust_accuracy``: accuracy on PGD examples made against
-    the same customised model (the paper's RA)."""
+    the same customised model (the paper's RA). ``refresh_bn`` > 0 first re-estimates the
+    running BN statistics with that many passes over every client's training rows ("post
+    average", Table C.3; the model's statistics, which every width then slices)."""
     sim, params = load_saved_run(run_dir, data_root)
     algorithm, name, model = sim.algorithm, sim.config.algorithm.name, sim.trainer.model
+    if refresh_bn > 0:
+        try:
+            params = refresh_batch_norm(model, params, training_batches(sim, refresh_bn))
+        except ValueError as err:
+            raise ConfigError(f"--refresh-bn: {err}") from None
     if widths == "all" or any(w is not None for w in widths):
         if not hasattr(algorithm, "predict_at"):
             raise ConfigError(f"algorithm '{name}' has no test-time width (split_mix has)")
@@ -72,6 +80,18 @@ def evaluate_saved(
             rows.append({"width": width, "lam": lam, **metrics, "params": count_params(module),
                          "macs": count_macs(module, sim.data.input_shape)})
     return rows
+
+
+def training_batches(sim: Simulation, passes: int):
+    """``passes`` passes over each client's training rows in batches of ``client.batch_size``."""
+    size = sim.config.client.batch_size or None
+    for _ in range(passes):
+        for client in sim.data.clients:
+            x = client.train.x
+            step = size or len(x)
+            for start in range(0, len(x), step):
+                if len(x[start : start + step]) > 1:  # BatchNorm needs two rows
+                    yield x[start : start + step]
 
 
 def robust_accuracy(predict, data: ArrayDataset, attack: PGD, batch_size: int, generator: torch.Generator) -> float:
