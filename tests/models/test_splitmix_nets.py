@@ -344,3 +344,15 @@ def test_refresh_batch_norm_is_the_cumulative_average_of_batch_statistics():
     assert state["1.running_mean"][0] == 5.0 and net[1].momentum == 0.1  # the input state and the module untouched
     with pytest.raises(ValueError, match="no BatchNorm with running statistics"):
         refresh_batch_norm(digit(width=0.125), model_state(digit(width=0.125)), batches)
+
+
+def test_refresh_batch_norm_runs_the_net_as_at_test_time_scalers_off():
+    from fedveil.models.functional import model_state, refresh_batch_norm
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 2), Scaler(0.5), nn.BatchNorm1d(2))
+    x = torch.randn(16, 3)
+    fresh = refresh_batch_norm(net, model_state(net), [x])
+    with torch.no_grad():
+        torch.testing.assert_close(fresh["2.running_mean"], net[0](x).mean(0))  # not divided by the width
+    assert net.training  # the module's mode is restored

@@ -12,5 +12,6 @@ from . import fade_digits  # noqa: F401
 from . import fade_office  # noqa: F401
 from . import splitmix_digits  # noqa: F401
 from . import splitmix_robust  # noqa: F401
+from . import splitmix_ablation  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]

@@ -85,7 +85,9 @@ def submodule_forward(model: nn.Module, name: str, state: Params, x: torch.Tenso
 def refresh_batch_norm(model: nn.Module, state: Params, batches: Iterable[torch.Tensor]) -> Params:
     """``state`` with every tracked BatchNorm's running statistics re-estimated from scratch
     on ``batches`` (Split-Mix's "post average", HeteroFL's static BN): reset, then each batch's
-    statistics averaged cumulatively (BN momentum None), in training mode, other entries kept."""
+    statistics averaged cumulatively (BN momentum None), other entries kept. The network runs
+    as at test time (eval mode: Scalers off, as the reference code turns them off) except its
+    BatchNorms, which take batch statistics."""
     layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     if not layers:
         raise ValueError("the model has no BatchNorm with running statistics to refresh (use a *_tracked norm)")
@@ -96,13 +98,17 @@ def refresh_batch_norm(model: nn.Module, state: Params, batches: Iterable[torch.
             fresh[prefix + "running_mean"].zero_()
             fresh[prefix + "running_var"].fill_(1.0)
             fresh[prefix + "num_batches_tracked"].zero_()
-    momenta = [m.momentum for m in layers]
-    for m in layers:
-        m.momentum = None  # cumulative moving average over the refresh batches
-    try:
-        for x in batches:
-            forward(model, fresh, x, train=True)
-    finally:
-        for m, momentum in zip(layers, momenta):
-            m.momentum = momentum
+    with _lock_of(model):
+        was_training, momenta = model.training, [m.momentum for m in layers]
+        model.eval()
+        for m in layers:
+            m.train()
+            m.momentum = None  # cumulative moving average over the refresh batches
+        try:
+            for x in batches:
+                functional_call(model, fresh, (x,))
+        finally:
+            model.train(was_training)
+            for m, momentum in zip(layers, momenta):
+                m.momentum = momentum
     return fresh
