@@ -151,3 +151,36 @@ def test_macs_of_an_image_without_channel_dimension():
     # 8, 8, 16 channels, 256, 64 units; 12x20 -> 6x10 -> 3x5
     expected = (8 * 240 * 1 + 8 * 60 * 8 + 16 * 15 * 8) * 25 + 16 * 15 * 256 + 256 * 64 + 64 * 4
     assert count_macs(net, (12, 20)) == expected
+
+
+def _alexnet_params(w: float) -> int:
+    """Table C.2 by hand at width w on 3x256x256, 10 classes: conv weights + biases, two BN
+    parameters per channel, fc layers on the 6x6 pooled map."""
+    c = [int(w * k) for k in (64, 192, 384, 256, 256)]
+    f = [int(w * k) for k in (4096, 4096)]
+    kernels = (11, 5, 3, 3, 3)
+    total, c_in = 0, 3
+    for c_out, k in zip(c, kernels):
+        total += c_in * c_out * k * k + c_out + 2 * c_out
+        c_in = c_out
+    f_in = c_in * 36
+    for f_out in f:
+        total += f_in * f_out + f_out + 2 * f_out
+        f_in = f_out
+    return total + f_in * 10 + 10
+
+
+def test_alexnet_bn_matches_table_4_1_params_and_the_analytic_macs():
+    from fedveil.models import build_model
+    from fedveil.models.complexity import count_macs, count_params
+
+    shape = (3, 256, 256)
+    for w, table in ((0.125, 0.902), (0.25, 3.584), (0.5, 14.289), (1.0, 57.063)):
+        got = count_params(build_model("alexnet_bn", shape, 10, width=w))
+        assert got == _alexnet_params(w) and round(got / 1e6, 3) == table
+    assert _alexnet_params(1.0) == 57_063_498
+    split_mix = count_params(build_model("alexnet_bn", shape, 10, width=1.0, bases=8))
+    assert split_mix == 8 * _alexnet_params(0.125) and round(split_mix / 1e6, 3) == 7.214
+    # 64*63*63*3*121 + 192*31*31*64*25 + 384*15*15*192*9 + 256*15*15*384*9 + 256*15*15*256*9
+    # + 9216*4096 + 4096*4096 + 4096*10 = 923,069,120 (the spec's 923.1M; Table 4.1 shows 92.5M)
+    assert count_macs(build_model("alexnet_bn", shape, 10, width=1.0, norm="none"), shape) == 923_069_120

@@ -69,6 +69,11 @@ CASES = {
     # stage 3: 16*32*9 + 32*32*9 + 16*32 + 2 * 32*32*9 = 32,768;
     # stage 4: 32*64*9 + 64*64*9 + 32*64 + 2 * 64*64*9 = 131,072; head 64*10+10 = 650
     "preresnet18": Case((3, 8, 8), 10, 175_202, images(3, 8, 8), {"width": 0.125, "norm": "none"}),
+    # AlexNet-BN at x0.125 without BN (convs 8, 24, 48, 32, 32; fcs 512, 512) on 3x63x63 (63 -> 15 -> 7 ->
+    # 7 -> 3 -> 3 -> 1, pooled to 6x6): conv1 3*8*121+8 = 2,912; conv2 8*24*25+24 = 4,824;
+    # conv3 24*48*9+48 = 10,416; conv4 48*32*9+32 = 13,856; conv5 32*32*9+32 = 9,248;
+    # fc1 32*36*512+512 = 590,336; fc2 512*512+512 = 262,656; fc3 512*10+10 = 5,130
+    "alexnet_bn": Case((3, 63, 63), 10, 899_378, images(3, 63, 63), {"width": 0.125, "norm": "none"}),
 }
 
 # Models with one output tensor; FADE's networks return (task logits, group logits): their
@@ -273,7 +278,7 @@ def test_bad_arguments_raise_readable_errors(name, input_shape, num_classes, opt
 
 
 def test_unknown_model_lists_the_registered_ones():
-    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*char_lstm, convnet, digit_cnn, fade_cnn, fade_mlp, lenet, linear, mlp, preresnet18, resnet"):
+    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*alexnet_bn, char_lstm, convnet, digit_cnn, fade_cnn, fade_mlp, lenet, linear, mlp, preresnet18, resnet"):
         build_model("lenett", (1, 28, 28), 10)
 
 
