@@ -51,6 +51,14 @@ def test_the_curve_is_read_at_the_at_points_standard_accuracy():
     study = rb.RobustStudy(at_lambdas=[0.5, 1.0], test_lambdas=[0.0, 1.0], seeds=[0, 1])
     results = {"dat": {0.0: {"sa": [0.9, 0.9], "ra": [0.2, 0.2]}, 1.0: {"sa": [0.7, 0.7], "ra": [0.6, 0.6]}},
                "fedavg_at": {0.5: {"sa": [0.8, 0.8], "ra": [0.3, 0.3]}, 1.0: {"sa": [0.8, 0.8], "ra": [0.5, 0.5]}}}
-    rows = rb.claim_rows(results, study)
+    rows = rb.claim_rows(results, study, [0.02, 0.03])
     assert [r.verdict for r in rows[:2]] == ["holds", "does not hold"]  # curve 0.4 vs AT 0.3, then vs 0.5
     assert rows[2].verdict.startswith("RA: holds") and "SA: holds" in rows[2].verdict
+    assert rows[3].measured.startswith("0.0250")
+
+
+def test_outside_the_curve_the_verdict_compares_both_accuracies():
+    dat = {0.0: {"sa": [0.79, 0.79], "ra": [0.48, 0.48]}, 1.0: {"sa": [0.79, 0.79], "ra": [0.49, 0.49]}}
+    assert rb.pareto_verdict({"sa": [0.77, 0.77], "ra": [0.33, 0.33]}, dat)[1] == "holds (a DAT setting is as good on both)"
+    assert rb.pareto_verdict({"sa": [0.80, 0.80], "ra": [0.60, 0.60]}, dat)[1].startswith("does not hold")
+    assert rb.pareto_verdict({"sa": [0.77, 0.77], "ra": [0.50, 0.50]}, dat)[1] == "neither dominates (a trade-off)"
