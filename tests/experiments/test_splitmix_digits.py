@@ -2,10 +2,6 @@
 cost table matches hand-counted parameters and MACs, and the claims' verdicts follow the numbers."""
 from __future__ import annotations
 
-import struct
-
-import numpy as np
-import pytest
 import torch
 
 from fedveil.experiments import splitmix_digits as sm
@@ -14,27 +10,10 @@ from fedveil.experiments.registry import ExperimentContext
 torch.set_num_threads(1)
 
 
-def _idx(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    """``<root>/mnist-10k`` holding 300 + 100 random 28x28 "digits" in the IDX format."""
-    root, rng = tmp_path_factory.mktemp("data"), np.random.default_rng(0)
-    mnist = root / "mnist-10k"
-    mnist.mkdir()
-    for split, n in (("train", 300), ("t10k", 100)):
-        (mnist / f"{split}-images-idx3-ubyte").write_bytes(_idx(rng.integers(0, 256, (n, 28, 28))))
-        (mnist / f"{split}-labels-idx1-ubyte").write_bytes(_idx(rng.integers(0, 10, n)))
-    return root
-
-
-def test_the_study_trains_every_method_and_scores_every_width(tmp_path, data_root):
+def test_the_study_trains_every_method_and_scores_every_width(tmp_path, mnist_data_root):
     study = sm.SplitMixStudy(seeds=[0], clients_per_domain=1, rows_per_domain=20, test_rows_per_domain=10, size=8,
                              rounds=2)
-    ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=data_root)
+    ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=mnist_data_root)
     report = sm.run_experiment(ctx, study, progress=False)
     accuracy = report.extra["accuracy"]
     assert set(accuracy) == {"split_mix", "heterofl", "sheterofl", "fedavg"}

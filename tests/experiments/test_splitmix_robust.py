@@ -3,9 +3,7 @@ SA-RA curve correctly."""
 from __future__ import annotations
 
 import math
-import struct
 
-import numpy as np
 import pytest
 import torch
 
@@ -15,26 +13,10 @@ from fedveil.experiments.registry import ExperimentContext
 torch.set_num_threads(1)
 
 
-def _idx(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root, rng = tmp_path_factory.mktemp("data"), np.random.default_rng(0)
-    mnist = root / "mnist-10k"
-    mnist.mkdir()
-    for split, n in (("train", 150), ("t10k", 50)):
-        (mnist / f"{split}-images-idx3-ubyte").write_bytes(_idx(rng.integers(0, 256, (n, 28, 28))))
-        (mnist / f"{split}-labels-idx1-ubyte").write_bytes(_idx(rng.integers(0, 10, n)))
-    return root
-
-
-def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, data_root):
+def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, mnist_data_root):
     study = rb.RobustStudy(at_lambdas=[0.0, 0.5], test_lambdas=[0.0, 1.0], seeds=[0], clients_per_domain=1,
                            rows_per_domain=16, test_rows_per_domain=8, size=8, width=0.125, rounds=1)
-    ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=data_root)
+    ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=mnist_data_root)
     report = rb.run_experiment(ctx, study, progress=False)
     results = report.extra["results"]
     assert set(results["fedavg_at"]) == {"0", "0.5"} and set(results["dat"]) == {"0", "1"}

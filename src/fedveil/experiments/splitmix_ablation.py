@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 

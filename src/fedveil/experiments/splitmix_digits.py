@@ -63,6 +63,17 @@ def splitmix_study(quick: bool = False) -> SplitMixStudy:
     return SplitMixStudy()
 
 
+def digit_domains(ctx: ExperimentContext, clients_per_domain: int, rows: int, test_rows: int, size: int) -> dict[str, Any]:
+    """The ``[data]`` section of the Split-Mix digits studies: the five domains of
+    ``digit_domains_synthetic`` (fixed data seed), a separate test set, clients numbered domain by domain."""
+    return {
+        "name": "digit_domains_synthetic", "root": str(ctx.data_dir("mnist-10k", "mnist")),
+        "num_clients": 5 * clients_per_domain, "test_fraction": 0.0,
+        "options": {"rows_per_domain": rows, "test_rows_per_domain": test_rows, "size": size, "seed": 0},
+        "partition": {"name": "domain"},
+    }
+
+
 def run_config(ctx: ExperimentContext, study: SplitMixStudy, method: str, seed: int, width: float | None) -> dict[str, Any]:
     """One training run: ``width`` is the individual FedAvg model's width (None otherwise)."""
     model = {"name": "digit_cnn", "options": {"width": 1.0 if width is None else width}}
@@ -71,13 +82,7 @@ def run_config(ctx: ExperimentContext, study: SplitMixStudy, method: str, seed: 
         model["options"]["bases"] = round(1 / WIDTHS[0])
     return {
         "seed": seed,
-        "data": {
-            "name": "digit_domains_synthetic", "root": str(ctx.data_dir("mnist-10k", "mnist")),
-            "num_clients": 5 * study.clients_per_domain, "test_fraction": 0.0,
-            "options": {"rows_per_domain": study.rows_per_domain, "test_rows_per_domain": study.test_rows_per_domain,
-                        "size": study.size, "seed": 0},
-            "partition": {"name": "domain"},
-        },
+        "data": digit_domains(ctx, study.clients_per_domain, study.rows_per_domain, study.test_rows_per_domain, study.size),
         "model": model,
         "algorithm": algorithm,
         "client": {"epochs": 1, "batch_size": study.batch_size, "lr": study.lr[method], "momentum": 0.9,

@@ -33,6 +33,7 @@ from ..runtime.saved_model import evaluate_saved
 from ..training.adversarial import PGD
 from . import seed_stats as st
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, run_once
+from .splitmix_digits import digit_domains
 
 EPS, STEPS = 8 / 255, 7
 # method -> setting (lambda_n for AT, test lambda for DAT) -> {"sa": [...], "ra": [...]} per seed
@@ -63,13 +64,7 @@ def robust_study(quick: bool = False) -> RobustStudy:
 def run_config(ctx: ExperimentContext, study: RobustStudy, seed: int, norm: str, lam: float) -> dict[str, Any]:
     return {
         "seed": seed,
-        "data": {
-            "name": "digit_domains_synthetic", "root": str(ctx.data_dir("mnist-10k", "mnist")),
-            "num_clients": 5 * study.clients_per_domain, "test_fraction": 0.0,
-            "options": {"rows_per_domain": study.rows_per_domain, "test_rows_per_domain": study.test_rows_per_domain,
-                        "size": study.size, "seed": 0},
-            "partition": {"name": "domain"},
-        },
+        "data": digit_domains(ctx, study.clients_per_domain, study.rows_per_domain, study.test_rows_per_domain, study.size),
         "model": {"name": "digit_cnn", "options": {"width": study.width, "norm": norm, "rescale_init": False,
                                                    "rescale_layer": False}},
         "algorithm": {"name": "fedavg", **({"adversarial": {"lam": lam, "eps": EPS, "steps": STEPS}} if lam > 0 else {})},

@@ -13,8 +13,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from .ensemble import ensemble_or_net
-from .scalable import check_flag, check_norm, make_norm, rescale_init_, resolve_rescale_layer, scaler, split_width
+from .scalable import build_scalable, make_norm, rescale_init_except_first_, scaler
 from .zoo import MODELS, image_input, num_outputs
 
 CONVS = ((64, 11, 4, 2), (192, 5, 1, 2), (384, 3, 1, 1), (256, 3, 1, 1), (256, 3, 1, 1))
@@ -49,11 +48,7 @@ def _alexnet(input_shape: tuple, outputs: int, width: float, norm: str, rescale_
         f_in = f_out
     layers[f"fc{len(FCS) + 1}"] = nn.Linear(f_in, outputs)
     net = nn.Sequential(layers)
-    if rescale_init and width != 1:
-        for name, module in net.named_children():
-            if isinstance(module, (nn.Conv2d, nn.Linear)) and name != "conv1":
-                rescale_init_(module, width)
-    return net
+    return rescale_init_except_first_(net, width) if rescale_init else net
 
 
 @MODELS.register("alexnet_bn", "FedBN's AlexNet with BN (Table C.2, DomainNet), width-scalable; bases>1 = Split-Mix")
@@ -72,9 +67,8 @@ def alexnet_bn(
     _, (_, h, w) = image_input(input_shape, "alexnet_bn")
     if h < MIN_SIZE or w < MIN_SIZE:
         raise ValueError(f"alexnet_bn needs images of at least {MIN_SIZE}x{MIN_SIZE}, got {h}x{w}")
-    split_width("alexnet_bn", width, bases, min(c for c, *_ in CONVS))
-    check_norm(norm)
-    check_flag("rescale_init", rescale_init)
-    rescale_layer = resolve_rescale_layer(norm, rescale_layer)
     outputs = num_outputs(num_classes)
-    return ensemble_or_net(lambda wd: _alexnet(input_shape, outputs, wd, norm, rescale_init, rescale_layer), width, bases)
+    return build_scalable(
+        "alexnet_bn", lambda *opts: _alexnet(input_shape, outputs, *opts), width, bases, min(c for c, *_ in CONVS),
+        norm, rescale_init, rescale_layer,
+    )

@@ -11,8 +11,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from .ensemble import ensemble_or_net
-from .scalable import check_flag, check_norm, make_norm, rescale_init_, resolve_rescale_layer, scaler, split_width
+from .scalable import build_scalable, make_norm, rescale_init_except_first_, scaler
 from .zoo import MODELS, image_input, num_outputs
 
 CONVS = (64, 64, 128)
@@ -45,11 +44,7 @@ def _digit_net(
     block("fc2", 5, nn.Linear(f1, f2), f2)
     layers["fc3"] = nn.Linear(f2, outputs)
     net = nn.Sequential(layers)
-    if rescale_init and width != 1:
-        for name, module in net.named_children():
-            if isinstance(module, (nn.Conv2d, nn.Linear)) and name != "conv1":
-                rescale_init_(module, width)
-    return net
+    return rescale_init_except_first_(net, width) if rescale_init else net
 
 
 @MODELS.register("digit_cnn", "FedBN's Digits CNN (Table C.1), width-scalable; bases>1 = Split-Mix ensemble")
@@ -74,11 +69,8 @@ def digit_cnn(
     _, (_, h, w) = image_input(input_shape, "digit_cnn")
     if h < MIN_SIZE or w < MIN_SIZE:
         raise ValueError(f"digit_cnn needs images of at least {MIN_SIZE}x{MIN_SIZE}, got {h}x{w}")
-    split_width("digit_cnn", width, bases, min(CONVS + FCS))
-    check_norm(norm)
-    check_flag("rescale_init", rescale_init)
-    rescale_layer = resolve_rescale_layer(norm, rescale_layer)
     outputs = num_outputs(num_classes)
-    return ensemble_or_net(
-        lambda w: _digit_net(input_shape, outputs, w, norm, rescale_init, rescale_layer), width, bases
+    return build_scalable(
+        "digit_cnn", lambda *opts: _digit_net(input_shape, outputs, *opts), width, bases, min(CONVS + FCS),
+        norm, rescale_init, rescale_layer,
     )

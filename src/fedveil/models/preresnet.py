@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .ensemble import ensemble_or_net
-from .scalable import check_flag, check_norm, make_norm, rescale_init_, resolve_rescale_layer, scaler, split_width
+from .scalable import build_scalable, make_norm, rescale_init_except_first_, scaler
 from .zoo import MODELS, image_input, num_outputs
 
 STAGES = (64, 128, 256, 512)
@@ -60,10 +59,8 @@ class PreResNet(nn.Module):
             self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
         self.n4 = make_norm(norm, c_in, 2)
         self.linear = nn.Linear(c_in, outputs)
-        if rescale_init and width != 1:
-            for name, module in self.named_modules():
-                if isinstance(module, (nn.Conv2d, nn.Linear)) and name != "conv1":
-                    rescale_init_(module, width)
+        if rescale_init:
+            rescale_init_except_first_(self, width)
         for module in self.modules():
             if isinstance(module, nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
@@ -95,11 +92,8 @@ def preresnet18(
     ``scalable.NORMS``; ``rescale_init`` / ``rescale_layer`` (spec A.6).
     """
     image_input(input_shape, "preresnet18")
-    split_width("preresnet18", width, bases, min(STAGES))
-    check_norm(norm)
-    check_flag("rescale_init", rescale_init)
-    rescale_layer = resolve_rescale_layer(norm, rescale_layer)
     outputs = num_outputs(num_classes)
-    return ensemble_or_net(
-        lambda w: PreResNet(input_shape, outputs, w, norm, rescale_init, rescale_layer), width, bases
+    return build_scalable(
+        "preresnet18", lambda *opts: PreResNet(input_shape, outputs, *opts), width, bases, min(STAGES),
+        norm, rescale_init, rescale_layer,
     )

@@ -7,11 +7,13 @@ reference's rounding: down); the image's channels and the class outputs are neve
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 
 from .dual_bn import DualBatchNorm
+from .ensemble import ensemble_or_net
 
 NORMS = ("batch_average", "batch_tracked", "dual_batch_average", "dual_batch_tracked", "none")
 
@@ -56,6 +58,31 @@ def rescale_init_(module: nn.Module, width: float) -> nn.Module:
         if module.bias is not None:
             module.bias.uniform_(-bound, bound)
     return module
+
+
+def rescale_init_except_first_(net: nn.Module, width: float, first: str = "conv1") -> nn.Module:
+    """:func:`rescale_init_` on every Conv / Linear of ``net`` except ``first``, the layer that
+    sees the raw image (spec A.6); nothing to do at width 1."""
+    if width != 1:
+        for name, module in net.named_modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)) and name != first:
+                rescale_init_(module, width)
+    return net
+
+
+def build_scalable(
+    model: str, make_net: Callable[[float, str, bool, bool], nn.Module], width: float, bases: int, narrowest: int,
+    norm: str, rescale_init: bool, rescale_layer: bool | None,
+) -> nn.Module:
+    """The options every width-scalable builder shares, checked, then ``make_net(width, norm,
+    rescale_init, rescale_layer)`` or, with ``bases > 1``, its Split-Mix ensemble
+    (:func:`~fedveil.models.ensemble.ensemble_or_net`). ``narrowest`` is the architecture's
+    smallest hidden channel count at width 1."""
+    split_width(model, width, bases, narrowest)
+    check_norm(norm)
+    check_flag("rescale_init", rescale_init)
+    layer = resolve_rescale_layer(norm, rescale_layer)
+    return ensemble_or_net(lambda w: make_net(w, norm, rescale_init, layer), width, bases)
 
 
 def make_norm(norm: str, channels: int, dims: int) -> nn.Module:

@@ -9,12 +9,12 @@ import torch
 
 from ..config import validate
 from ..data.arrays import ArrayDataset
+from ..errors import ConfigError
+from ..models.complexity import count_macs, count_params
 from ..models.dual_bn import has_dual_bn, with_mix
 from ..models.functional import refresh_batch_norm
 from ..seeding import torch_generator
 from ..training.adversarial import PGD
-from ..errors import ConfigError
-from ..models.complexity import count_macs, count_params
 from .evaluation import evaluate
 from .initial_model import initial_params
 from .run_dir import CONFIG_FILE, MODEL_FILE, read_json
@@ -59,6 +59,9 @@ def evaluate_saved(
         raise ConfigError("--lam mixes dual batch norms: the run's model has none (train with model.options.norm = \"dual_...\")")
     if widths == "all":
         widths = algorithm.widths()
+    states = {lam: params if lam is None else with_mix(params, lam) for lam in lams}
+    # post average: each client's refreshed statistics, once per mix (every width slices them)
+    refreshed = {lam: refreshed_per_client(sim, state, refresh_bn) for lam, state in states.items()} if refresh_bn > 0 else {}
     rows = []
     for width in widths:
         if width is None:
@@ -69,10 +72,9 @@ def evaluate_saved(
             def predict(_model, state, x, width=width):
                 return algorithm.predict_at(state, x, width)
 
-        for lam in lams:
-            state = params if lam is None else with_mix(params, lam)
+        for lam, state in states.items():
             if refresh_bn > 0:
-                metrics = post_average(sim, state, predict, refresh_bn)
+                metrics = post_average(sim, refreshed[lam], predict)
             else:
                 metrics = evaluate(model, state, sim.data.test, sim.data.task, sim.config.eval.batch_size, predict=predict)
             if attack is not None:
@@ -85,15 +87,23 @@ def evaluate_saved(
     return rows
 
 
-def post_average(sim: Simulation, params: dict, predict, passes: int) -> dict[str, float]:
-    """Mean over clients of their test metrics after refreshing BN on their own training rows."""
-    per_client = []
+def refreshed_per_client(sim: Simulation, params: dict, passes: int) -> list[dict]:
+    """``params`` with the BN statistics each client re-estimates on its own training rows."""
+    states = []
     for client in sim.data.clients:
         x, size = client.train.x, sim.config.client.batch_size or len(client.train)
         batches = [x[i : i + size] for _ in range(passes) for i in range(0, len(x), size) if len(x[i : i + size]) > 1]
-        state = refresh_batch_norm(sim.trainer.model, params, batches)
-        per_client.append(evaluate(sim.trainer.model, state, client_test_rows(sim, client), sim.data.task,
-                                   sim.config.eval.batch_size, predict=predict))
+        states.append(refresh_batch_norm(sim.trainer.model, params, batches))
+    return states
+
+
+def post_average(sim: Simulation, client_states: list[dict], predict) -> dict[str, float]:
+    """Mean over clients of their test metrics, each with its own refreshed BN statistics."""
+    per_client = [
+        evaluate(sim.trainer.model, state, client_test_rows(sim, client), sim.data.task, sim.config.eval.batch_size,
+                 predict=predict)
+        for client, state in zip(sim.data.clients, client_states)
+    ]
     return {k: sum(m[k] for m in per_client) / len(per_client) for k in per_client[0] if k != "n"}
 
 
