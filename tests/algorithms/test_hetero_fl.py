@@ -27,7 +27,7 @@ torch.set_num_threads(1)
 HETERO = {
     "data": {"name": "synthetic_images", "num_clients": 6, "options": {"height": 8, "width": 8, "rows": 600}},
     "model": {"name": "digit_cnn", "options": {"width": 0.5}},
-    "algorithm": {"name": "heterofl", "budgets": [0.125, 0.25, 0.5]},
+    "algorithm": {"name": "heterofl", "budgets": [0.25, 0.5, 1.0]},  # fractions of the x1 model (width 0.5)
     "client": {"batch_size": 16, "lr": 0.01, "momentum": 0.9, "steps": 3},
     "federation": {"rounds": 2, "clients_per_round": 6},
     "checkpoint": {"every": 1},
@@ -75,7 +75,7 @@ def test_slimmable_training_sums_the_losses_of_every_width():
 
 
 def test_heterofl_with_every_client_at_full_width_is_fedavg(tmp_path):
-    common = merge(HETERO, {"algorithm": {"budgets": [0.5]}})
+    common = merge(HETERO, {"algorithm": {"budgets": [1.0]}})
     run(tiny_config(**common), tmp_path / "hetero", progress=False)
     fedavg = merge(HETERO, {})
     fedavg["algorithm"] = {"name": "fedavg"}
@@ -108,17 +108,18 @@ class _nothing:
 
 
 def test_widths_serve_the_leading_blocks_and_untrained_entries_stay(tmp_path):
-    config = tiny_config(**merge(HETERO, {"algorithm": {"budgets": [0.125, 0.25]}}))
+    """Budgets and served widths are fractions of the configured model (builder width 0.5)."""
+    config = tiny_config(**merge(HETERO, {"algorithm": {"budgets": [0.25, 0.5]}}))
     sim = Simulation.from_config(config)
     init = sim.fresh_state()["server"]["params"]
     run(config, tmp_path / "run", progress=False)
     final = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["server"]["params"]
-    # no client affords more than x0.25 of channels: conv1's channels 16..31 never move
+    # no client affords more than half the x1 model (builder width 0.25): conv1's channels 16..31 never move
     assert torch.equal(final["conv1.weight"][16:], init["conv1.weight"][16:])
     assert not torch.equal(final["conv1.weight"][:16], init["conv1.weight"][:16])
     x = torch.rand(5, 1, 8, 8)
     narrow = build_model("digit_cnn", (1, 8, 8), 10, width=0.125)
-    torch.testing.assert_close(sim.algorithm.predict_at(final, x, 0.125),
+    torch.testing.assert_close(sim.algorithm.predict_at(final, x, 0.25),
                                functional_call(narrow.eval(), sliced(final, narrow), (x,)))
 
 

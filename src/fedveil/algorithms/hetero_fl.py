@@ -91,10 +91,11 @@ class HeteroFL(Algorithm):
         return "sheterofl" if self.slimmable else "heterofl"
 
     def _net(self, width: float) -> nn.Module:
-        """The architecture of the width-``width`` sub-model (widths are the model builder's:
-        the x1 model is ``model.options.width``, normally 1)."""
+        """The architecture of the width-``width`` sub-model; widths are fractions of the
+        configured x1 model, whose builder width is ``model.options.width`` (normally 1)."""
+        full_width = getattr(self.ctx.model_factory, "options", {}).get("width", 1.0)
         try:
-            net = self.ctx.model_factory(width=width)
+            net = self.ctx.model_factory(width=width * full_width)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{self.name}: the model has no sub-model of width {width:g} ({err})") from None
         full = dict(self.ctx.trainer.model.named_parameters())

@@ -11,6 +11,7 @@ from . import fade_adult  # noqa: F401
 from . import fade_digits  # noqa: F401
 from . import fade_office  # noqa: F401
 from . import splitmix_digits  # noqa: F401
+from . import splitmix_cifar  # noqa: F401
 from . import splitmix_robust  # noqa: F401
 from . import splitmix_ablation  # noqa: F401
 

@@ -54,6 +54,20 @@ class SplitMixStudy:
     rounds: int = 100
     batch_size: int = 32
     lr: dict[str, float] = field(default_factory=lambda: {"split_mix": 0.01, "heterofl": 0.1, "sheterofl": 0.1, "fedavg": 0.1})
+    model: str = "digit_cnn"
+    full_width: float = 1.0  # the real width that plays "x1" (a scaled-down family when < 1)
+    epochs: int = 1
+    loss: str = "auto"
+
+    def label(self) -> str:
+        return "splitmix_digits"
+
+    def data_section(self, ctx: ExperimentContext) -> dict[str, Any]:
+        return digit_domains(ctx, self.clients_per_domain, self.rows_per_domain, self.test_rows_per_domain, self.size)
+
+    @property
+    def num_clients(self) -> int:
+        return 5 * self.clients_per_domain
 
 
 def splitmix_study(quick: bool = False) -> SplitMixStudy:
@@ -76,18 +90,18 @@ def digit_domains(ctx: ExperimentContext, clients_per_domain: int, rows: int, te
 
 def run_config(ctx: ExperimentContext, study: SplitMixStudy, method: str, seed: int, width: float | None) -> dict[str, Any]:
     """One training run: ``width`` is the individual FedAvg model's width (None otherwise)."""
-    model = {"name": "digit_cnn", "options": {"width": 1.0 if width is None else width}}
+    model = {"name": study.model, "options": {"width": study.full_width * (1.0 if width is None else width)}}
     algorithm: dict[str, Any] = {"name": method}
     if method == "split_mix":
         model["options"]["bases"] = round(1 / WIDTHS[0])
     return {
         "seed": seed,
-        "data": digit_domains(ctx, study.clients_per_domain, study.rows_per_domain, study.test_rows_per_domain, study.size),
+        "data": study.data_section(ctx),
         "model": model,
         "algorithm": algorithm,
-        "client": {"epochs": 1, "batch_size": study.batch_size, "lr": study.lr[method], "momentum": 0.9,
-                   "weight_decay": 5e-4, "lr_schedule": "cosine"},
-        "federation": {"rounds": study.rounds, "clients_per_round": 5 * study.clients_per_domain},
+        "client": {"epochs": study.epochs, "batch_size": study.batch_size, "lr": study.lr[method], "momentum": 0.9,
+                   "weight_decay": 5e-4, "lr_schedule": "cosine", "loss": study.loss},
+        "federation": {"rounds": study.rounds, "clients_per_round": study.num_clients},
         "eval": {"every": study.rounds, "batch_size": 128},
         "checkpoint": {"every": 10},
     }
@@ -109,7 +123,7 @@ def run_study(ctx: ExperimentContext, study: SplitMixStudy, progress: bool = Tru
     """Train every run (finished ones are reused), then score each model at every width."""
     results: Results = {}
     planned = jobs(ctx, study)
-    for method, seed, width, config, out in tqdm(planned, desc="splitmix_digits", unit="run", disable=not progress,
+    for method, seed, width, config, out in tqdm(planned, desc=study.label(), unit="run", disable=not progress,
                                                  dynamic_ncols=True):
         run_once(config, out)
         by_width = results.setdefault(method, {})
@@ -124,11 +138,11 @@ def run_study(ctx: ExperimentContext, study: SplitMixStudy, progress: bool = Tru
 # ----------------------------------------------------------------------------- costs
 
 
-def costs(shape: tuple[int, ...]) -> dict[str, dict[float, dict[str, int]]]:
+def costs(shape: tuple[int, ...], model: str = "digit_cnn", full_width: float = 1.0) -> dict[str, dict[float, dict[str, int]]]:
     """Inference parameters and MACs per example of each method's model at each width, and
     what a client of that budget trains per round (parameters up, forward MACs per example)."""
     def net(width: float, bases: int = 1):
-        return build_model("digit_cnn", shape, 10, width=width, bases=bases)
+        return build_model(model, shape, 10, width=full_width * width, bases=bases)
 
     base = net(WIDTHS[0])
     p_base, m_base = count_params(base), count_macs(base, shape)
@@ -148,15 +162,16 @@ def costs(shape: tuple[int, ...]) -> dict[str, dict[float, dict[str, int]]]:
 # ----------------------------------------------------------------------------- report
 
 
-def table_rows(results: Results, study: SplitMixStudy, cost: dict) -> list[ResultRow]:
+def table_rows(results: Results, study: SplitMixStudy, cost: dict, paper_table: dict = PAPER,
+               source: str = "Table 4.1") -> list[ResultRow]:
     rows = []
     for method in study.methods:
         for w in WIDTHS:
             c = cost[method][w]
-            paper = PAPER.get(method, {}).get(w)
+            paper = paper_table.get(method, {}).get(w)
             rows.append(ResultRow(
                 f"x{w:g} ({c['params']:,} params, {c['macs']:,} MACs)", f"{LABELS[method]}: test accuracy",
-                st.cell(results[method][w]), f"{paper}%" if paper is not None else "not in Table 4.1",
+                st.cell(results[method][w]), f"{paper}%" if paper is not None else f"not in {source}",
                 "budget-incompatible (upper bound)" if method == "fedavg" and w > WIDTHS[0] else "",
             ))
     return rows
@@ -235,8 +250,9 @@ def scale_notes(study: SplitMixStudy, quick: bool) -> list[str]:
     return notes
 
 
-def plot(results: Results, study: SplitMixStudy, path: Path) -> None:
-    """Accuracy vs width per method (mean ± std over seeds), the paper's Table 4.1 as dotted lines."""
+def plot(results: Results, study: SplitMixStudy, path: Path, paper_table: dict = PAPER,
+         title: str = "Digits, budgets 8-4-2-1", paper_data: str = "real Digits") -> None:
+    """Accuracy vs width per method (mean ± std over seeds), the paper's numbers as dotted lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,14 +262,14 @@ def plot(results: Results, study: SplitMixStudy, path: Path) -> None:
     for method in study.methods:
         line = ax.errorbar(WIDTHS, [st.mean(results[method][w]) for w in WIDTHS],
                            yerr=[st.std(results[method][w]) for w in WIDTHS], marker="o", capsize=3, label=LABELS[method])
-        if method in PAPER:
-            ax.plot(WIDTHS, [PAPER[method][w] / 100 for w in WIDTHS], linestyle=":", color=line[0].get_color(),
-                    label=f"{LABELS[method]} (paper, real Digits)")
+        if method in paper_table:
+            ax.plot(WIDTHS, [paper_table[method][w] / 100 for w in WIDTHS], linestyle=":", color=line[0].get_color(),
+                    label=f"{LABELS[method]} (paper, {paper_data})")
     ax.set_xscale("log", base=2)
     ax.set_xticks(WIDTHS, [f"x{w:g}" for w in WIDTHS])
     ax.set_xlabel("model width at test time")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Digits, budgets 8-4-2-1: mean ± std over {len(study.seeds)} seed(s)")
+    ax.set_title(f"{title}: mean ± std over {len(study.seeds)} seed(s)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
