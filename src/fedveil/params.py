@@ -86,6 +86,27 @@ def corner_mean(params: Params, updates: Sequence[Params], weights: Iterable[flo
     return out
 
 
+def masked_mean(params: Params, values: Sequence[Params], masks: Sequence[Params], weights: Iterable[float]) -> Params:
+    """Entry by entry, the weighted mean of the ``values`` whose bool ``masks`` cover the
+    entry; entries no mask covers keep their value in ``params`` (ADDS's indexed aggregation,
+    Eq. 19, with equal weights). A name missing from a value is not covered by it."""
+    weights = list(weights)
+    if not len(weights) == len(values) == len(masks):
+        raise ValueError(f"need one mask and one weight per value, got {len(values)}, {len(masks)}, {len(weights)}")
+    out = dict(params)
+    for name in {n for v in values for n in v}:
+        total = torch.zeros_like(params[name], dtype=torch.float64)
+        count = torch.zeros_like(params[name], dtype=torch.float64)
+        for value, mask, w in zip(values, masks, weights):
+            if name in value:
+                m = mask[name].to(torch.float64)
+                total += w * m * value[name].double()
+                count += w * m
+        mean = torch.where(count > 0, total / count.clamp(min=1e-300), params[name].double())
+        out[name] = _keep_dtype(mean, params[name]).to(params[name].dtype)
+    return out
+
+
 def _keep_dtype(mean: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Integer buffers (BatchNorm's ``num_batches_tracked``) stay integers, rounded."""
     return mean.round().to(like.dtype) if not like.is_floating_point() else mean

@@ -39,6 +39,8 @@ OWN_HARNESS = {
     "split_mix": "tests/algorithms/test_split_mix.py::test_state_is_plain_checkpointable_data",
     "heterofl": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (digit_cnn, plain params state)",
     "sheterofl": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (digit_cnn, plain params state)",
+    "adds": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
+    "feddrop": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
 }
 
 

@@ -26,17 +26,23 @@ WALL_CLOCK_KEYS = {"elapsed_s", "wall_time_s"}
 # Algorithms that need their own model and data in registry-driven tests (everything else
 # runs BASE's model on digits): merged over a test's sections.
 ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
+    "adds": {
+        "model": {"name": "adds_vgg", "options": {"channels": [], "hidden": [16, 8]}},
+    },
+    "feddrop": {
+        "model": {"name": "adds_vgg", "options": {"channels": [], "hidden": [16, 8]}},
+    },
     "fade": {
         "algorithm": {"group_key": "domain"},
         "model": {"name": "fade_mlp", "options": {"hidden": [8], "z_dim": 8, "disc_hidden": [8], "groups": 6}},
         "data": {"name": "rotated_digits", "num_clients": 6, "options": {"num_domains": 6}, "partition": {"name": "domain"}},
     },
     "heterofl": {
-        "algorithm": {"budgets": [0.125, 0.25]},
+        "algorithm": {"budgets": [0.5, 1.0]},  # fractions of the width-0.25 model
         "model": {"name": "digit_cnn", "options": {"width": 0.25, "norm": "none"}},
     },
     "sheterofl": {
-        "algorithm": {"budgets": [0.125, 0.25]},
+        "algorithm": {"budgets": [0.5, 1.0]},  # fractions of the width-0.25 model
         "model": {"name": "digit_cnn", "options": {"width": 0.25, "norm": "none"}},
     },
     "split_mix": {

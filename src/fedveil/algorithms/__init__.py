@@ -15,5 +15,9 @@ from . import ifca  # noqa: F401  (registers)
 from . import fade  # noqa: F401  (registers)
 from . import split_mix  # noqa: F401  (registers)
 from . import hetero_fl  # noqa: F401  (registers)
+from . import stc  # noqa: F401  (registers)
+from . import pfedme  # noqa: F401  (registers)
+from . import adds  # noqa: F401  (registers)
+from . import feddrop  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

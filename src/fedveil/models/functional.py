@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
@@ -47,11 +47,15 @@ def model_state(model: nn.Module) -> Params:
     return {name: t.detach().clone() for name, t in (*model.named_parameters(), *model.named_buffers())}
 
 
-def forward(model: nn.Module, state: Params, x: torch.Tensor, *, train: bool = False) -> torch.Tensor:
+def forward(
+    model: nn.Module, state: Params, x: torch.Tensor, *, train: bool = False, groups: dict[str, torch.Tensor] | None = None
+) -> torch.Tensor:
     """``model`` applied to ``x`` with the parameters and buffers in ``state``, safe to call
     from several threads. ``train`` picks the mode of mode-dependent layers (BatchNorm uses
     batch statistics and updates the running statistics in ``state`` in place); a buffer
-    missing from ``state`` in training mode is an error, so a shared module is never changed."""
+    missing from ``state`` in training mode is an error, so a shared module is never changed.
+    A model with ``takes_groups = True`` also gets the batch's per-row ``groups`` (ADDS's
+    unit masks and sampling draws); other models never see them."""
     if train:
         missing = [n for n in buffer_names(model) if n not in state]
         if missing:
@@ -60,7 +64,32 @@ def forward(model: nn.Module, state: Params, x: torch.Tensor, *, train: bool = F
         was_training = model.training
         model.train(train)
         try:
+            if getattr(model, "takes_groups", False):
+                return functional_call(model, state, (x,), {"groups": groups})
             return functional_call(model, state, (x,))
+        finally:
+            model.train(was_training)
+
+
+class _Method(nn.Module):
+    """Calls ``module.<name>`` as its forward, so ``functional_call`` can run any method."""
+
+    def __init__(self, module: nn.Module, name: str) -> None:
+        super().__init__()
+        self.module, self.name = module, name
+
+    def forward(self, *args: Any) -> Any:
+        return getattr(self.module, self.name)(*args)
+
+
+def method_call(model: nn.Module, state: Params, name: str, *args: Any, train: bool = False) -> Any:
+    """``model.<name>(*args)`` with the parameters and buffers in ``state`` (thread-safe,
+    eval mode unless ``train``), e.g. a supernet's unit importances."""
+    with _lock_of(model):
+        was_training = model.training
+        model.train(train)
+        try:
+            return functional_call(_Method(model, name), {f"module.{k}": v for k, v in state.items()}, args)
         finally:
             model.train(was_training)
 

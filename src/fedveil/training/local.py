@@ -156,7 +156,7 @@ class LocalTrainer:
         model = self.model if model is None else model
         objective = TaskLoss(self.loss_fn) if objective is None else objective
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        out = forward(model, {**leaves, **(buffers or {})}, batch.x, train=True)
+        out = forward(model, {**leaves, **(buffers or {})}, batch.x, train=True, groups=batch.groups)
         loss = objective.mean(out, batch)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
         return float(loss.detach()), {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), grads)}
