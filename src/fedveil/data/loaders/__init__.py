@@ -5,3 +5,4 @@ A new loader module registers itself with ``@DATASETS.register``; append its imp
 from . import (  # noqa: F401
     adult, cifar, compas, digit_domains, digits, mnist, mnist_digits, school, shakespeare, vehicle_synthetic,
 )
+from . import writer_digits  # noqa: F401
