@@ -77,6 +77,9 @@ CASES = {
     # ADDS's supernet as an MLP (no conv stages): fc0 64*16+16 = 1,040; fc1 16*8+8 = 136;
     # head 8*10+10 = 90; one keep ratio per hidden layer: 2 (conv stages: tests/models/test_supernet.py)
     "adds_vgg": Case((1, 8, 8), 10, 1_268, images(1, 8, 8), {"channels": [], "hidden": [16, 8]}),
+    # ADDS's text supernet: embedding 80*8 = 640; LSTM 1 4*16*(8+16) + 2*4*16 = 1,664;
+    # LSTM 2 4*16*(16+16) + 2*4*16 = 2,176; fc 16*8+8 = 136; head 8*80+80 = 720; 3 keep ratios
+    "adds_char_lstm": Case((10,), 80, 5_339, chars(10, 80), {"embed_dim": 8, "hidden": 16, "fc": 8}),
 }
 
 # Models with one output tensor; FADE's networks return (task logits, group logits): their
@@ -85,6 +88,7 @@ SINGLE_OUTPUT = sorted(name for name in CASES if not name.startswith("fade_"))
 
 CANNOT_VMAP_PARAMS = {
     "char_lstm": "nn.LSTM has no vmap batching rule for stacked weights (aten::lstm.input)",
+    "adds_char_lstm": "nn.LSTM has no vmap batching rule for stacked weights (aten::lstm.input)",
 }
 
 
@@ -110,7 +114,7 @@ def test_output_shape(name):
     assert logits.shape == (2, case.num_classes)
 
 
-@pytest.mark.parametrize("name", sorted(set(SINGLE_OUTPUT) - {"char_lstm"}))
+@pytest.mark.parametrize("name", sorted(set(SINGLE_OUTPUT) - {"char_lstm", "adds_char_lstm"}))
 def test_regression_has_one_output(name):
     case = CASES[name]
     model = build_model(name, case.input_shape, 0, **case.options)
@@ -214,7 +218,7 @@ def test_per_example_gradients_match_single_example_gradients(name):
     torch.manual_seed(0)
     model = build(name)
     x = CASES[name].make_x(2)
-    if name != "char_lstm":  # float64: batched and single convolutions agree to rounding (vmap's LSTM is float32 only)
+    if name not in ("char_lstm", "adds_char_lstm"):  # float64: batched and single convolutions agree to rounding (vmap's LSTM is float32 only)
         model, x = model.double(), x.double()
     params = {k: v.detach() for k, v in model.named_parameters()}
 
@@ -236,7 +240,7 @@ def test_gradients_reach_every_parameter(name):
     model = build(name)
     loss_fn(name, model, dict(model.named_parameters()), CASES[name].make_x(4)).backward()
     for k, p in model.named_parameters():
-        if (name, k) == ("adds_vgg", "alpha"):  # keep ratios learn only while sampling: test_supernet.py
+        if name.startswith("adds_") and k == "alpha":  # keep ratios learn only while sampling: test_supernet.py
             continue
         assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {k}"
 

@@ -127,3 +127,49 @@ def test_evaluation_uses_the_whole_supernet():
     state, x = model_state(net), torch.rand(5, 1, 8, 8)
     full = forward(net, state, x, groups={UNIT_MASK: torch.ones(5, 12)})
     torch.testing.assert_close(forward(net, state, x), full)
+
+
+# ---------------------------------------------------------------------------- text supernet
+
+
+def char_lstm():
+    return build_model("adds_char_lstm", (12,), 30, embed_dim=4, hidden=10, fc=6)
+
+
+def test_a_masked_text_supernet_computes_the_supernet_with_dropped_entries_zeroed():
+    """Cutting a unit from the next layer's input (non-recurrent connections only) is the
+    same as zeroing its entries in the index-mapped parameters (spec 001 §1.5)."""
+    torch.manual_seed(0)
+    net = char_lstm()
+    state = model_state(net)
+    keep = random_keep(net.unit_counts, seed=3)
+    zeroed = dict(state)
+    for name, axes in net.unit_axes().items():
+        zeroed[name] = state[name] * sn.element_mask(state[name].shape, axes, keep)
+    x = torch.randint(0, 30, (5, 12))
+    masked = forward(net, state, x, groups={UNIT_MASK: torch.cat(keep).float().expand(5, -1)})
+    torch.testing.assert_close(masked, forward(net, zeroed, x), rtol=1e-5, atol=1e-6)
+    # the recurrent weights are never cut
+    assert not any("weight_hh" in n or "lstm1" in n for n in net.unit_axes())
+
+
+def test_text_supernet_macs_by_hand():
+    net = char_lstm()
+    # 12 steps x (LSTM1 4*10*(4+10) + LSTM2 4*10*(k1+10)) + k2*k3 + k3*30, with k = (7, 5, 3)
+    assert net.macs([7, 5, 3], seq_len=12) == 12 * (4 * 10 * 14 + 4 * 10 * 17) + 5 * 3 + 3 * 30
+
+
+def test_text_supernet_roles_train_their_own_parameters():
+    torch.manual_seed(1)
+    net = char_lstm()
+    x, y = torch.randint(0, 30, (8, 12)), torch.randint(0, 30, (8,))
+    for n_train, n_val in ((8, 0), (0, 8)):
+        state = {k: v.detach().clone().requires_grad_(True) for k, v in model_state(net).items()}
+        state["alpha"].data.fill_(0.6)
+        out = forward(net, state, x, train=True, groups=sampling_groups(n_train, n_val, net.unit_counts))
+        grads = dict(zip(state, torch.autograd.grad(
+            nn.functional.cross_entropy(out, y), list(state.values()), allow_unused=True)))
+        alpha_grad = grads.pop("alpha")
+        weights_moved = any(g is not None and g.abs().sum() > 0 for g in grads.values())
+        assert weights_moved == bool(n_train)
+        assert (alpha_grad is not None and bool(torch.all(alpha_grad != 0))) == bool(n_val)

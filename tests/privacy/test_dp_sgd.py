@@ -235,7 +235,7 @@ def test_layers_that_couple_examples_are_rejected_by_name(layer, kind):
 
 def test_per_example_layers_and_every_zoo_model_are_accepted():
     check_model_for_dp(nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.GroupNorm(2, 4), nn.InstanceNorm1d(4)))
-    shapes = {"char_lstm": ((6,), 5), "convnet": ((3, 12, 12), 4), "alexnet_bn": ((3, 63, 63), 4)}  # minimum sizes
+    shapes = {"char_lstm": ((6,), 5), "adds_char_lstm": ((6,), 5), "convnet": ((3, 12, 12), 4), "alexnet_bn": ((3, 63, 63), 4)}  # minimum sizes
     batch_norm_by_default = {"digit_cnn", "preresnet18", "alexnet_bn"}  # Split-Mix's nets: DP-SGD needs norm = "none"
     without_batch_norm = {"adds_vgg": {"channels": []}}  # ADDS's supernet: its conv stages have BN; the MLP has none
     for name in MODELS.names():
