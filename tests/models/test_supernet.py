@@ -173,3 +173,61 @@ def test_text_supernet_roles_train_their_own_parameters():
         weights_moved = any(g is not None and g.abs().sum() > 0 for g in grads.values())
         assert weights_moved == bool(n_train)
         assert (alpha_grad is not None and bool(torch.all(alpha_grad != 0))) == bool(n_val)
+
+
+# ---------------------------------------------------------------------------- LRP importance
+
+
+def test_the_z_plus_step_is_eq_11_and_conserves_relevance():
+    from fedveil.models.supernet import _z_plus
+
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.rand(3, 5, generator=g, dtype=torch.float64), torch.randn(4, 5, generator=g, dtype=torch.float64)
+    r_out = torch.rand(3, 4, generator=g, dtype=torch.float64)
+    r_in = _z_plus(a, r_out, lambda t: t @ w.clamp(min=0).T)
+    # Eq. 11 written out: R_i = sum_j a_i w+_ij / (sum_i' a_i' w+_i'j) R_j
+    wp = w.clamp(min=0)
+    z = a @ wp.T
+    expected = torch.einsum("ni,ji,nj->ni", a, wp, r_out / z)
+    torch.testing.assert_close(r_in, expected)
+    torch.testing.assert_close(r_in.sum(1), r_out.sum(1))  # conservation (Eq. 10)
+
+
+def test_max_pooling_gives_relevance_to_the_winners():
+    from fedveil.models.supernet import _z_plus
+
+    a = torch.tensor([[[[1.0, 3.0], [2.0, 0.5]]]], dtype=torch.float64)
+    r = _z_plus(a, torch.tensor([[[[6.0]]]], dtype=torch.float64), lambda t: torch.nn.functional.max_pool2d(t, 2))
+    torch.testing.assert_close(r, torch.tensor([[[[0.0, 6.0], [0.0, 0.0]]]], dtype=torch.float64))
+
+
+def test_lrp_importances_of_an_mlp_by_hand():
+    torch.manual_seed(2)
+    net = build_model("adds_vgg", (6,), 3, channels=[], hidden=[5, 4], importance="lrp")
+    x, y = torch.rand(7, 6), torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    b = net.importances(x, y)
+    h1 = torch.relu(net.fcs[0](x))
+    h2 = torch.relu(net.fcs[1](h1))
+    logits = net.head(h2)
+    r = torch.zeros_like(logits)
+    r[torch.arange(7), y] = logits[torch.arange(7), y]
+    w = net.head.weight.clamp(min=0)
+    r2 = h2 * ((r / (h2 @ w.T + 1e-9)) @ w)
+    w1 = net.fcs[1].weight.clamp(min=0)
+    r1 = h1 * ((r2 / (h1 @ w1.T + 1e-9)) @ w1)
+    for got, rel in zip(b, [r1, r2]):
+        expected = rel.abs().mean(0)
+        torch.testing.assert_close(got, (expected / expected.max()).detach(), rtol=1e-4, atol=1e-6)
+
+
+def test_lrp_supernet_trains_like_slim_with_its_own_importances():
+    torch.manual_seed(3)
+    net = build_model("adds_vgg", (1, 8, 8), 10, channels=[4], hidden=[8], importance="lrp")
+    state = {k: v.detach().clone().requires_grad_(True) for k, v in model_state(net).items()}
+    state["alpha"].data.fill_(0.6)
+    x, y = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    groups = {**sampling_groups(3, 3, net.unit_counts), "adds_label": y}
+    out = forward(net, state, x, train=True, groups=groups)
+    (alpha_grad,) = torch.autograd.grad(nn.functional.cross_entropy(out, y), [state["alpha"]])
+    assert torch.all(alpha_grad != 0)
+    assert len(net.importances(x, y)) == 2

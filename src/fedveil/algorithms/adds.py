@@ -45,7 +45,7 @@ from ..data.arrays import ArrayDataset
 from ..errors import ConfigError
 from ..models import subnet as sn
 from ..models.functional import forward, method_call
-from ..models.supernet import ALPHA, EPS, ROLE, UNIFORMS, UNIT_MASK
+from ..models.supernet import ALPHA, EPS, LABEL, ROLE, UNIFORMS, UNIT_MASK
 from ..models.unit_sampling import top_units
 from ..training.request import Batch, LossFn, Objective
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
@@ -108,7 +108,7 @@ class KeepRatioTerm:
 @dataclass(frozen=True)
 class ArchitectureRows:
     """Input hook: each step's weight rows (role 0) gain ``batch`` validation rows (role 1),
-    one vector of uniforms per role for the Bernoulli masks, and the round's eps."""
+    one vector of uniforms per role for the Bernoulli masks, the round's eps and the labels."""
 
     val: ArrayDataset
     eps: float
@@ -125,6 +125,7 @@ class ArchitectureRows:
         groups[ROLE] = torch.cat([torch.zeros(n_t, device=device), torch.ones(n_v, device=device)])
         groups[UNIFORMS] = torch.cat([u_train.expand(n_t, -1), u_val.expand(n_v, -1)])
         groups[EPS] = torch.full((n_t + n_v,), self.eps, device=device)
+        groups[LABEL] = torch.cat([batch.y, val.y])  # LRP starts from the true class's logit
         return Batch(torch.cat([batch.x, val.x]), torch.cat([batch.y, val.y]), groups)
 
 
@@ -249,7 +250,7 @@ class ADDS(Algorithm):
             new, stats = trainer.train(start, train, task.generator, task.round, hook,
                                        objective=self.objective, input_fn=rows)
             alphas = model.alphas(new[ALPHA])
-            importances = method_call(model, new, "importances", train.x)
+            importances = method_call(model, new, "importances", train.x, train.y)
             keep = [top_units(float(a), b) for a, b in zip(alphas, importances)]
             extra.update({"lambda": lam, "eps": eps, "alpha_mean": float(alphas.mean())})
             extra.update({f"alpha_{k}": float(a) for k, a in enumerate(alphas)})

@@ -38,7 +38,8 @@ from torch.func import functional_call
 from . import unit_sampling as us
 from .zoo import MODELS, num_outputs
 
-UNIT_MASK, UNIFORMS, EPS, ROLE = "unit_mask", "adds_u", "adds_eps", "adds_role"
+UNIT_MASK, UNIFORMS, EPS, ROLE, LABEL = "unit_mask", "adds_u", "adds_eps", "adds_role", "adds_label"
+LRP_EPS = 1e-9  # z+ rule stabiliser: only guards 0 / 0 (every z+ is >= 0)
 ALPHA = "alpha"
 # (axis, sampleable layer, repeat): entries [c * repeat, (c + 1) * repeat) of the axis belong to unit c
 UnitAxes = dict[str, list[tuple[int, int, int]]]
@@ -104,32 +105,43 @@ class Supernet(nn.Module):
         uniforms = self.split_units(groups[UNIFORMS])
         alphas = self.alphas()
         out = self.head.weight.new_empty((len(x), self.head.out_features))
-        importances: list[torch.Tensor] = []
+        train, val = ~role, role
+        reference = train if train.any() else role
+        # importances of the step: the weight rows' (LRP: computed first; slim: during their pass)
+        labels = groups[LABEL][reference] if LABEL in groups else None
+        importances = self.given_importances(x[reference], labels)
 
         def masks(rows: torch.Tensor, straight: bool) -> MaskFn:
             def at(k: int, b: torch.Tensor) -> torch.Tensor:
-                if straight:
-                    b = importances[k]  # the weight rows' importances, constants
+                if straight or len(importances) > k:
+                    b = importances[k]  # constants of the step
                 else:
                     importances.append(b)
                 return us.sample_mask(alphas[k], b, eps, uniforms[k][rows], straight)
             return at
 
-        train, val = ~role, role
         if train.any():
             out[train] = self.run(x[train], masks(train, False))[0]
-        else:
+        elif not importances:
             importances.extend(self.run(x, lambda k, b: None, detach=True)[1])
         if val.any():
             out[val] = self.run(x[val], masks(val, True), detach=True)[0]
         return out
 
+    def given_importances(self, x: torch.Tensor, labels: torch.Tensor | None) -> list[torch.Tensor]:
+        """Importances computed before a step's passes (LRP); empty when the passes make them
+        as they go (slim)."""
+        return []
+
     def split_units(self, per_row: torch.Tensor) -> list[torch.Tensor]:
         """``(N, J)`` per-row unit values -> one ``(N, C_k)`` tensor per layer."""
         return list(torch.split(per_row, self.unit_counts, dim=1))
 
-    def importances(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def importances(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> list[torch.Tensor]:
         """b_k of every layer for the whole supernet on the rows ``x`` (Alg. 1 line 16)."""
+        given = self.given_importances(x, labels)
+        if given:
+            return given
         with torch.no_grad():
             return self.run(x, lambda k, b: None)[1]
 
@@ -139,9 +151,12 @@ class SampledNet(Supernet):
 
     def __init__(
         self, input_shape: Sequence[int], num_classes: int, channels: Sequence[int], hidden: Sequence[int],
-        alpha_range: tuple[float, float] = (0.05, 0.999),
+        alpha_range: tuple[float, float] = (0.05, 0.999), importance: str = "slim",
     ) -> None:
         super().__init__(len(channels) + len(hidden), alpha_range)
+        if importance not in ("slim", "lrp"):
+            raise ValueError(f"importance must be 'slim' or 'lrp', got {importance!r}")
+        self.importance = importance
         self.input_shape, self.channels, self.hidden = tuple(input_shape), list(channels), list(hidden)
         if not self.hidden:
             raise ValueError("a supernet needs at least one hidden fully-connected layer")
@@ -203,6 +218,44 @@ class SampledNet(Supernet):
             h = _masked(h, mask_fn(k, b))
         return F.linear(h, p(self.head.weight), p(self.head.bias)), importances
 
+    def given_importances(self, x: torch.Tensor, labels: torch.Tensor | None) -> list[torch.Tensor]:
+        return self.lrp_importances(x, labels) if self.importance == "lrp" else []
+
+    def lrp_importances(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """ADDS (LRP) importances (Eq. 10-11, the z+ rule): the relevance of the true class's
+        logit (the predicted class's without labels), propagated layer by layer down to each
+        sampleable layer's output; a unit's b is the mean over rows of |its relevance|
+        (summed over positions). ReLU and BatchNorm pass relevance through, max-pooling
+        gives it to the winners, and a conv / linear layer of input a and weights W sends
+        ``a * (W+^T (R / z+))`` down, ``z+ = W+ a`` (biases excluded)."""
+        with torch.enable_grad():
+            inputs, pooled, h = [], [], x.detach()
+            for conv, norm in zip(self.convs, self.norms):
+                inputs.append(h)
+                z = F.batch_norm(F.conv2d(h, conv.weight.detach(), padding=1), None, None,
+                                 norm.weight.detach(), norm.bias.detach(), True)
+                a = F.relu(z)
+                pooled.append(a)
+                h = F.max_pool2d(a, 2, ceil_mode=True)
+            map_shape, h = h.shape, h.flatten(1)
+            for fc in self.fcs:
+                inputs.append(h)
+                h = F.relu(F.linear(h, fc.weight.detach(), fc.bias.detach()))
+            logits = F.linear(h, self.head.weight.detach(), self.head.bias.detach())
+            target = logits.argmax(1) if labels is None else labels.long()
+            relevance = torch.zeros_like(logits).scatter_(1, target[:, None], logits.gather(1, target[:, None]))
+            relevance = _z_plus(h, relevance, lambda a: F.linear(a, self.head.weight.detach().clamp(min=0)))
+            out: list[torch.Tensor] = []
+            for fc, a in zip(reversed(self.fcs), reversed(inputs[len(self.convs):])):
+                out.append(us.normalised(relevance.abs().mean(0)))
+                relevance = _z_plus(a, relevance, lambda t, w=fc.weight: F.linear(t, w.detach().clamp(min=0)))
+            relevance = relevance.view(map_shape)
+            for conv, a, before_pool in zip(reversed(self.convs), reversed(inputs[: len(self.convs)]), reversed(pooled)):
+                relevance = _z_plus(before_pool, relevance, lambda t: F.max_pool2d(t, 2, ceil_mode=True))
+                out.append(us.normalised(relevance.abs().sum((2, 3)).mean(0)))
+                relevance = _z_plus(a, relevance, lambda t, w=conv.weight: F.conv2d(t, w.detach().clamp(min=0), padding=1))
+        return out[::-1]
+
     def macs(self, counts: Sequence[int] | None = None) -> int:
         """Multiply-accumulates per example of the subnet keeping ``counts[k]`` units of each
         layer (default: the supernet): 3x3 convs at their pre-pool resolution, the hidden
@@ -220,6 +273,14 @@ class SampledNet(Supernet):
             fan_in = n
         return total + fan_in * self.head.out_features
 
+def _z_plus(a: torch.Tensor, relevance: torch.Tensor, positive_map: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """One z+ step (Eq. 11) by the gradient trick: ``R_in = a * grad_a <positive_map(a), R / z>``."""
+    a = a.detach().requires_grad_(True)
+    z = positive_map(a)
+    (grad,) = torch.autograd.grad(z, a, grad_outputs=(relevance / (z + LRP_EPS)).detach())
+    return (a * grad).detach()
+
+
 def _check_range(alpha_min: float, alpha_max: float) -> None:
     if not 0 < alpha_min < alpha_max < 1:
         raise ValueError(f"need 0 < alpha_min < alpha_max < 1, got {alpha_min}, {alpha_max}")
@@ -232,14 +293,16 @@ def _scaled(sizes: Sequence[int], width: float) -> list[int]:
 @MODELS.register("adds_vgg", "ADDS's VGG supernet (FEMNIST, Table 2): conv 64-128-256, FC 1024-1024; units sampleable")
 def adds_vgg(
     input_shape: tuple, num_classes: int, width: float = 1.0, channels: Sequence[int] = (64, 128, 256),
-    hidden: Sequence[int] = (1024, 1024), alpha_min: float = 0.05, alpha_max: float = 0.999,
+    hidden: Sequence[int] = (1024, 1024), alpha_min: float = 0.05, alpha_max: float = 0.999, importance: str = "slim",
 ) -> nn.Module:
     """Table 2's VGG: three ``Conv3x3-BN-ReLU-MaxPool2`` stages and two hidden FC layers,
-    each scaled by ``width`` (``int(width c)``); ``channels = []`` gives an MLP supernet."""
+    each scaled by ``width`` (``int(width c)``); ``channels = []`` gives an MLP supernet.
+    ``importance``: "slim" (|BN gamma|, mean activations) or "lrp" (z+ relevance)."""
     if not 0 < width <= 4:
         raise ValueError(f"width must lie in (0, 4], got {width}")
     _check_range(alpha_min, alpha_max)
-    return SampledNet(input_shape, num_outputs(num_classes), _scaled(channels, width), _scaled(hidden, width), (alpha_min, alpha_max))
+    return SampledNet(input_shape, num_outputs(num_classes), _scaled(channels, width), _scaled(hidden, width),
+                      (alpha_min, alpha_max), importance)
 
 
 class SampledCharLSTM(Supernet):
