@@ -3,8 +3,8 @@ pFedMe, FedDrop and ADDS on one supernet, side by side.
 
 * ``adds_femnist`` (Table 3 protocol; ADDS with slim and with LRP importances):
   ``writer_digits_synthetic`` (real MNIST rows split into synthetic "writers" with their own
-  style and label skew; FEMNIST is not available offline) with Table 2's VGG scaled down. Reported: Acc_G, Acc_L, parameters uploaded per
-  client and round, MACs per example.
+  style and label skew; FEMNIST is not available offline) with Table 2's VGG scaled down.
+  Reported: Acc_G, Acc_L, parameters uploaded per client and round, MACs per example.
 * ``adds_shakespeare`` (Table 4 protocol): real Shakespeare plays, one client per speaking
   role (LEAF's next-character task), the 2-LSTM text supernet. Reported: Acc_G, Acc_L and
   rounds to target accuracies.
