@@ -47,12 +47,14 @@ class FedDrop(Algorithm):
 
     def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
         rng = numpy_generator(self.ctx.seed, "feddrop", round_idx)
+        device = server_state["params"][ALPHA].device
         keep = []
         for c in self.subnets.counts:
-            units = torch.zeros(c, dtype=torch.bool)
-            units[torch.from_numpy(rng.choice(c, size=max(1, round(self.hp.keep * c)), replace=False))] = True
+            units = torch.zeros(c, dtype=torch.bool, device=device)
+            chosen = rng.choice(c, size=max(1, round(self.hp.keep * c)), replace=False)
+            units[torch.as_tensor(chosen, device=device)] = True
             keep.append(units)
-        return {**server_state, "index_map": torch.cat(keep).to(server_state["params"][ALPHA].device)}
+        return {**server_state, "index_map": torch.cat(keep)}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         keep = sn.split_index_map(server_state["index_map"], self.subnets.counts)

@@ -74,7 +74,7 @@ def femnist_study(ctx: ExperimentContext, quick: bool) -> ADDSStudy:
         model={"name": "adds_vgg", "options": {"width": 0.125 if quick else 0.25}},
         client={"epochs": 1 if quick else 3, "batch_size": 16, "lr": 0.05, "momentum": 0.9},
         rounds=2 if quick else 40, clients_per_round=max(2, round(0.3 * writers)), targets=[0.6, 0.7, 0.8],
-        seeds=[0] if quick else [0, 1],
+        seeds=[0] if quick else [0, 1, 2],
         algorithm={"stc": {"sparsity": 0.2}, "pfedme": {"lam": 15.0}, "feddrop": {"keep": 0.75}},
     )
 
@@ -89,7 +89,7 @@ def shakespeare_study(ctx: ExperimentContext, quick: bool) -> ADDSStudy:
         model={"name": "adds_char_lstm", "options": {"embed_dim": 8, "hidden": 32 if quick else 128, "fc": 32 if quick else 128}},
         client={"epochs": 1, "batch_size": 32, "lr": 0.5},
         rounds=2 if quick else 40, clients_per_round=max(2, round(0.3 * roles)), targets=[0.25, 0.3, 0.35],
-        methods=[m for m in METHODS if m != "adds_lrp"], seeds=[0] if quick else [0, 1],
+        methods=[m for m in METHODS if m != "adds_lrp"], seeds=[0] if quick else [0, 1, 2],
         algorithm={"stc": {"sparsity": 0.2}, "pfedme": {"lam": 1.5}, "feddrop": {"keep": 0.75}},
     )
 
