@@ -50,6 +50,9 @@ def test_suites_pair_systems_with_the_dp_variants_they_have():
     assert not any(c.system == "opacus" and not c.dp for c in full)
     assert not any(c.system in ("plain-loop", "flower") and c.dp for c in full)
     assert {c.workload for c in suite(True)} == {"mlp", "lenet"}
+    # a method round that refuses DP-SGD (ADDS) gets no DP variant, and only fedveil systems
+    adds = suite(False, workloads=["adds"])
+    assert adds and not any(c.dp for c in adds) and all(c.system.startswith("fedveil-") for c in adds)
     with pytest.raises(ValueError, match="unknown workload"):
         suite(True, workloads=["nope"])
     with pytest.raises(ValueError, match="unknown system"):

@@ -33,6 +33,7 @@ class Workload:
     algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
     data_options: dict[str, Any] = field(default_factory=dict)
     fedveil_only: bool = False  # a method round the baselines do not implement
+    dp: bool = True  # False: the method refuses example-level DP-SGD (no DP variant is planned)
 
     @property
     def rows_per_client(self) -> int:
@@ -53,6 +54,10 @@ WORKLOADS: dict[str, Workload] = {
         # no BN so that DP-SGD applies
         Workload("splitmix", "digit_cnn", (3, 16, 16), {"width": 1.0, "bases": 8, "norm": "none"},
                  algorithm={"name": "split_mix"}, fedveil_only=True),
+        # ADDS's round: Table 2's VGG supernet at width 1/4; each step adds validation rows and samples
+        # unit masks; clients train one by one (input hook); no DP variant (ADDS refuses DP-SGD)
+        Workload("adds", "adds_vgg", (1, 28, 28), {"width": 0.25}, algorithm={"name": "adds"}, fedveil_only=True,
+                 dp=False),
         # for tests: a seconds-long run of every system
         Workload("tiny", "mlp", (1, 6, 6), {"hidden": [16]}, num_classes=4, steps=2, batch=4),
     )
@@ -164,7 +169,8 @@ def suite(
     else:  # the full suite, or --quick on chosen workloads (all systems, 2 measured rounds)
         names = workloads or ("mlp", "lenet", "resnet")
         chosen = tuple(s for s in SYSTEMS if s != "flower") if quick else SYSTEMS
-        plan = [(w, private, None, 2 if quick else None, chosen) for w in names for private in (False, True)]
+        plan = [(w, private, None, 2 if quick else None, chosen) for w in names for private in (False, True)
+                if WORKLOADS[w].dp or not private]
     cases = []
     for name, private, steps, measured, plan_systems in plan:
         if dp is not None and private != dp:

@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a subset that finishes in about a minute")
     bench.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     bench.add_argument("--systems", help="comma-separated subset of systems")
-    bench.add_argument("--workloads", help="comma-separated subset of workloads (mlp, lenet, resnet, fade, splitmix)")
+    bench.add_argument("--workloads", help="comma-separated subset of workloads (mlp, lenet, resnet, fade, splitmix, adds)")
     bench.add_argument(
         "--device", default="auto", help="where every system computes: auto (CUDA when available), cpu, cuda, cuda:N"
     )
