@@ -80,11 +80,15 @@ CASES = {
     # ADDS's text supernet: embedding 80*8 = 640; LSTM 1 4*16*(8+16) + 2*4*16 = 1,664;
     # LSTM 2 4*16*(16+16) + 2*4*16 = 2,176; fc 16*8+8 = 136; head 8*80+80 = 720; 3 keep ratios
     "adds_char_lstm": Case((10,), 80, 5_339, chars(10, 80), {"embed_dim": 8, "hidden": 16, "fc": 8}),
+    # FedFed's distiller, 1x28x28: encoder 16*16 + 32 + 32*16*16 + 64 = 8,544; mu, logvar 2 * (1568*64+64)
+    # = 200,832; decoder 64*1568+1568 + 32*16*16 + 32 + 16*16+1 = 110,401; classifier 32*9+32 +
+    # 32*64*9+64 + 64*10+10 = 19,466 (outputs: a tuple, see tests/models/test_fedfed_model.py)
+    "fedfed_vae": Case((1, 28, 28), 10, 339_243, images(1, 28, 28)),
 }
 
 # Models with one output tensor; FADE's networks return (task logits, group logits): their
 # stacked, per-example and gradient behaviour is checked in tests/runtime/test_fade.py.
-SINGLE_OUTPUT = sorted(name for name in CASES if not name.startswith("fade_"))
+SINGLE_OUTPUT = sorted(name for name in CASES if not name.startswith(("fade_", "fedfed_")))
 
 CANNOT_VMAP_PARAMS = {
     "char_lstm": "nn.LSTM has no vmap batching rule for stacked weights (aten::lstm.input)",
@@ -287,7 +291,7 @@ def test_bad_arguments_raise_readable_errors(name, input_shape, num_classes, opt
 
 
 def test_unknown_model_lists_the_registered_ones():
-    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*alexnet_bn, char_lstm, convnet, digit_cnn, fade_cnn, fade_mlp, lenet, linear, mlp, preresnet18, resnet"):
+    with pytest.raises(UnknownNameError, match="did you mean 'lenet'.*adds_char_lstm, adds_vgg, alexnet_bn, char_lstm, convnet, digit_cnn, fade_cnn, fade_mlp, fedfed_vae, lenet, linear, mlp, preresnet18, resnet"):
         build_model("lenett", (1, 28, 28), 10)
 
 

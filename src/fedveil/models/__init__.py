@@ -11,7 +11,7 @@ shape ``(N, 1)``.
 """
 from __future__ import annotations
 
-from . import alexnet_bn, cnn, digit_cnn, fade, linear, lstm, mlp, preresnet, resnet, supernet  # noqa: F401  (each registers its builders on MODELS)
+from . import alexnet_bn, cnn, digit_cnn, fade, fedfed, linear, lstm, mlp, preresnet, resnet, supernet  # noqa: F401  (each registers its builders on MODELS)
 from .complexity import count_macs, count_params
 from .ensemble import BaseEnsemble
 from .scalable import Scaler, rescale_init_

@@ -3,7 +3,7 @@ performance-sensitive features (Yang et al. NeurIPS 2023 §3.3, App. D; spec 003
 
 Each record x (pixels in [0, 1], so ``||x|| <= M = sqrt(d)``) is released once as
 ``x_p = x_s + n``, ``n ~ N(0, sigma^2 I)``, with the per-record bound ``||x_s|| <= rho ||x||``
-(FedFed's clip, :func:`clip_to_fraction`). Two accountings are offered side by side:
+(FedFed's clip, :func:`~fedveil.models.fedfed.clip_to_fraction`). Two accountings are offered side by side:
 
 * **Rigorous** (:func:`feature_releases`): the release of a record is a Gaussian mechanism
   of L2 sensitivity ``rho M`` under zero-out neighbours (the record replaced by a null
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from dp_accounting import dp_event
 
 from scipy.optimize import brentq
@@ -31,16 +30,6 @@ from scipy.stats import norm
 from . import checks
 from .events import Release
 from .relations import NeighboringRelation
-
-
-def clip_to_fraction(x_s: torch.Tensor, x: torch.Tensor, rho: float) -> torch.Tensor:
-    """FedFed's per-record clip (§3.3): ``x_s * min(1, rho ||x|| / ||x_s||)``, so that
-    ``||x_s|| <= rho ||x||`` for every row (norms over all but the first dimension)."""
-    rho = checks.positive("rho", rho)
-    norm_s = x_s.flatten(1).norm(dim=1)
-    bound = rho * x.flatten(1).norm(dim=1)
-    factor = torch.where(norm_s > bound, bound / norm_s.clamp(min=torch.finfo(x_s.dtype).tiny), torch.ones_like(norm_s))
-    return x_s * factor.view(-1, *([1] * (x_s.dim() - 1)))
 
 
 def feature_releases(sigmas: list[float] | float, rho: float, max_norm: float) -> list[Release]:
