@@ -20,6 +20,9 @@ def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, mnist_data_root)
     report = rb.run_experiment(ctx, study, progress=False)
     results = report.extra["results"]
     assert set(results["fedavg_at"]) == {"0", "0.5"} and set(results["dat"]) == {"0", "1"}
+    assert set(results["oat"]) == {"0", "0.5"}  # one OAT model served at each training lambda
+    verdicts = [r for r in report.rows if r.metric.startswith("(c) the DAT curve")]
+    assert len(verdicts) == 2
     for by in results.values():
         for cell in by.values():
             assert len(cell["sa"]) == len(cell["ra"]) == 1 and 0 <= cell["ra"][0] <= 1

@@ -40,7 +40,7 @@ class FedAvg(Algorithm):
         super().__init__(params, ctx)
         self.buffer_keys = frozenset(buffer_names(ctx.trainer.model))
         adversarial = getattr(params, "adversarial", None)
-        self.adversarial = None if adversarial is None else AdversarialRequests(adversarial)
+        self.adversarial = None if adversarial is None else AdversarialRequests(adversarial, ctx.trainer.model)
         own_update = type(self).client_update is not FedAvg.client_update or type(self).grad_hook is not FedAvg.grad_hook
         if self.adversarial is not None and own_update:
             raise ConfigError(f"algorithm.adversarial is not supported by {type(self).__name__} (FedAvg and its server optimisers only)")

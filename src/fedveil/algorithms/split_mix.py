@@ -105,7 +105,7 @@ class SplitMix(Algorithm):
         self.bases_per_client = [self._bases_for(b, "a budget") for b in self.budgets]
         self.test_bases = self.num_bases if params.test_width is None else self._bases_for(params.test_width, "algorithm.test_width")
         self.objective = PerBaseLoss(ctx.trainer.loss_fn)
-        self.adversarial = None if params.adversarial is None else AdversarialRequests(params.adversarial)
+        self.adversarial = None if params.adversarial is None else AdversarialRequests(params.adversarial, model)
         # one module per base count, built up front (clients of a round run in threads)
         self.trainees = {n: model.with_bases(n, "stack") for n in range(1, self.num_bases + 1)}
         self.mixers = {n: model.with_bases(n, "mean") for n in range(1, self.num_bases + 1)}

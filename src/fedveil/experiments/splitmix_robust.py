@@ -11,10 +11,14 @@ mixed at test time with lambda in {0, 0.2, 0.5, 0.8, 1} (Eq. 4.2), the attack ma
 the mixed model. The full-width runs of the reference code use one x1 base, so DAT here is
 ``fedavg`` with a dual-BN model (``split_mix`` with one base is the same training).
 
+FedAvg+OAT (Once-for-All AT, the paper's other baseline) trains one model with FiLM-
+conditioned dual BNs, lambda drawn per step from the AT grid, and is served at each of them.
+
 Claims checked: (a) the DAT curve is at least as good as FedAvg+AT's points: for each AT
 point, the DAT curve's RA at the same SA (linear interpolation) is not lower, or, where the
 curve does not span that SA, some DAT setting is as good on both (:func:`pareto_verdict`);
-(b) DAT's lambda trades accuracy for robustness (RA grows and SA falls from 0 to 1). The
+(b) DAT's lambda trades accuracy for robustness (RA grows and SA falls from 0 to 1); (c) the
+DAT curve is at least as good as FedAvg+OAT's points (the paper: OAT is unstable in FL). The
 gap between the trained clean and noise BNs is reported: the mix can trade no more than it.
 """
 from __future__ import annotations
@@ -52,6 +56,7 @@ class RobustStudy:
     width: float = 0.25
     rounds: int = 30
     lr: float = 0.1
+    oat: bool = True  # also FedAvg+OAT (one FiLM-conditioned model, lambda drawn per step from at_lambdas)
 
 
 def robust_study(quick: bool = False) -> RobustStudy:
@@ -61,13 +66,19 @@ def robust_study(quick: bool = False) -> RobustStudy:
     return RobustStudy()
 
 
-def run_config(ctx: ExperimentContext, study: RobustStudy, seed: int, norm: str, lam: float) -> dict[str, Any]:
+def run_config(ctx: ExperimentContext, study: RobustStudy, seed: int, norm: str, lam: float,
+               oat: bool = False) -> dict[str, Any]:
+    """One run: FedAvg+AT at ``lam`` (one BN), DAT (``norm`` dual, ``lam`` 0.5) or, with ``oat``,
+    FedAvg+OAT (FiLM dual BN, lambda drawn per step from the AT grid)."""
+    adversarial = {"lam": lam, "eps": EPS, "steps": STEPS} if lam > 0 else {}
+    if oat:
+        adversarial = {"eps": EPS, "steps": STEPS, "oat_lams": list(study.at_lambdas)}
     return {
         "seed": seed,
         "data": digit_domains(ctx, study.clients_per_domain, study.rows_per_domain, study.test_rows_per_domain, study.size),
         "model": {"name": "digit_cnn", "options": {"width": study.width, "norm": norm, "rescale_init": False,
                                                    "rescale_layer": False}},
-        "algorithm": {"name": "fedavg", **({"adversarial": {"lam": lam, "eps": EPS, "steps": STEPS}} if lam > 0 else {})},
+        "algorithm": {"name": "fedavg", **({"adversarial": adversarial} if adversarial else {})},
         "client": {"epochs": 1, "batch_size": 32, "lr": study.lr, "momentum": 0.9, "weight_decay": 5e-4,
                    "lr_schedule": "cosine"},
         "federation": {"rounds": study.rounds, "clients_per_round": 5 * study.clients_per_domain},
@@ -83,6 +94,9 @@ def run_study(ctx: ExperimentContext, study: RobustStudy, progress: bool = True)
         for lam in study.at_lambdas:
             jobs.append(("fedavg_at", lam, run_config(ctx, study, seed, "batch_tracked", lam), ctx.runs_dir / f"at_lam{lam:g}_seed{seed}"))
         jobs.append(("dat", None, run_config(ctx, study, seed, "dual_batch_tracked", 0.5), ctx.runs_dir / f"dat_seed{seed}"))
+        if study.oat:
+            jobs.append(("oat", None, run_config(ctx, study, seed, "film_dual_batch_tracked", 0.0, oat=True),
+                         ctx.runs_dir / f"oat_seed{seed}"))
     for _, _, config, _ in jobs:
         validate(config)  # every config is checked before the first run starts
     attack = PGD(EPS, STEPS)
@@ -92,7 +106,7 @@ def run_study(ctx: ExperimentContext, study: RobustStudy, progress: bool = True)
         run_once(config, out)
         if method == "dat":
             gaps.append(bn_gap(out))
-        lams = study.test_lambdas if method == "dat" else [None]
+        lams = {"dat": study.test_lambdas, "oat": study.at_lambdas}.get(method, [None])
         for row in evaluate_saved(out, lams=lams, attack=attack):
             cell = results.setdefault(method, {}).setdefault(lam if method == "fedavg_at" else row["lam"], {"sa": [], "ra": []})
             cell["sa"].append(row["accuracy"])
@@ -131,6 +145,9 @@ def table_rows(results: Results, study: RobustStudy) -> list[ResultRow]:
         got = results["dat"][lam]
         rows.append(ResultRow(f"DAT (lambda_n = 0.5), test lambda = {lam:g}", "SA; RA (PGD-7, 8/255)",
                               f"{st.cell(got['sa'])}; {st.cell(got['ra'])}", "curve only (Fig. 4.7a)"))
+    for lam, got in sorted(results.get("oat", {}).items()):
+        rows.append(ResultRow(f"FedAvg+OAT, test lambda = {lam:g}", "SA; RA (PGD-7, 8/255)",
+                              f"{st.cell(got['sa'])}; {st.cell(got['ra'])}", "curve only (Fig. 4.7a-b)"))
     return rows
 
 
@@ -160,6 +177,12 @@ def claim_rows(results: Results, study: RobustStudy, gaps: list[float]) -> list[
         rows.append(ResultRow(
             f"FedAvg+AT lambda_n = {lam:g}", "(a) the DAT curve is at least as good as the AT point",
             measured, "DAT curve above AT points (Fig. 4.7a)", verdict,
+        ))
+    for lam, point in sorted(results.get("oat", {}).items()):
+        measured, verdict = pareto_verdict(point, dat)
+        rows.append(ResultRow(
+            f"FedAvg+OAT test lambda = {lam:g}", "(c) the DAT curve is at least as good as the OAT point",
+            measured, "DAT smoother and above FedAvg+OAT (Fig. 4.7a-b)", verdict,
         ))
     lo, hi = min(study.test_lambdas), max(study.test_lambdas)
     sa_drop = st.difference(dat[hi]["sa"], dat[lo]["sa"])
@@ -191,8 +214,9 @@ def scale_notes(study: RobustStudy, quick: bool) -> list[str]:
         "attack: the reference code's PGD (step (10/255)/7, random start) for training and test (the thesis: step 2/255)",
         "score: the final model on the pooled test rows (the paper: best-validation checkpoint by (1 - lambda) SA + "
         "lambda RA, per-client mean)",
-        "FedAvg+OAT (FiLM-conditioned once-for-all AT) is not run; joint width x robustness customisation (Fig. 4.7c-d) "
-        "is not run here",
+        "FedAvg+OAT: the digits CNN with FiLM-conditioned dual BNs (an MLP of lambda per BN, OAT's clean BN at "
+        "lambda 0 and adversarial BN otherwise), lambda drawn per step from the AT grid, served at each of them",
+        "joint width x robustness customisation (Fig. 4.7c-d) is not run here",
     ]
     if quick:
         notes.append(f"quick mode: {study.rounds} rounds, {study.rows_per_domain} rows per domain, one seed; not comparable")
@@ -216,6 +240,12 @@ def plot(results: Results, study: RobustStudy, path: Path) -> None:
     ax.errorbar([st.mean(dat[l]["sa"]) for l in study.test_lambdas], [st.mean(dat[l]["ra"]) for l in study.test_lambdas],
                 xerr=[st.std(dat[l]["sa"]) for l in study.test_lambdas], yerr=[st.std(dat[l]["ra"]) for l in study.test_lambdas],
                 marker="o", capsize=3, label="DAT, one model, lambda chosen at test")
+    oat = results.get("oat", {})
+    if oat:
+        lams = sorted(oat)
+        ax.errorbar([st.mean(oat[l]["sa"]) for l in lams], [st.mean(oat[l]["ra"]) for l in lams],
+                    xerr=[st.std(oat[l]["sa"]) for l in lams], yerr=[st.std(oat[l]["ra"]) for l in lams],
+                    marker="^", linestyle="--", capsize=3, label="FedAvg+OAT, one model, lambda chosen at test")
     ax.set_xlabel("standard accuracy (SA)")
     ax.set_ylabel("robust accuracy (RA, PGD-7 8/255)")
     ax.set_title(f"Robustness trade-off, mean ± std over {len(study.seeds)} seed(s)")

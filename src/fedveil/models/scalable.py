@@ -12,10 +12,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .dual_bn import DualBatchNorm
+from .dual_bn import DualBatchNorm, FiLMDualBatchNorm
 from .ensemble import ensemble_or_net
 
-NORMS = ("batch_average", "batch_tracked", "dual_batch_average", "dual_batch_tracked", "none")
+NORMS = ("batch_average", "batch_tracked", "dual_batch_average", "dual_batch_tracked", "film_dual_batch_average",
+         "film_dual_batch_tracked", "none")
 
 
 def _check_width(width: float) -> float:
@@ -90,14 +91,17 @@ def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
     normalises with the batch's statistics in training AND eval and keeps no buffers (the
     paper's default); ``"batch_tracked"`` is ordinary BatchNorm with running statistics;
     ``"none"`` is the identity (needed for example-level DP-SGD); the ``"dual_"`` forms are a
-    clean and a noise BN of that kind, mixed at test time (:mod:`.dual_bn`). ``dims`` is 1 (after a
-    linear layer) or 2 (after a convolution)."""
+    clean and a noise BN of that kind, mixed at test time (:mod:`.dual_bn`); the ``"film_dual_"``
+    forms are OAT's lambda-conditioned dual BNs. ``dims`` is 1 (after a linear layer) or 2 (after
+    a convolution)."""
     check_norm(norm)
     if dims not in (1, 2):
         raise ValueError(f"dims must be 1 or 2, got {dims!r}")
     if norm == "none":
         return nn.Identity()
     tracked = norm.endswith("tracked")
+    if norm.startswith("film_dual_"):
+        return FiLMDualBatchNorm(channels, dims, tracked)
     if norm.startswith("dual_"):
         return DualBatchNorm(channels, dims, tracked)
     cls = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.dual_bn import routed
+from ..models.dual_bn import conditioned, routed
 from ..models.functional import forward
 from ..params import Params
 from ..privacy.randomness import uniform
@@ -124,10 +124,71 @@ class PGDPairs:
         return Batch(torch.stack([batch.x, adversarial], dim=1), batch.y, batch.groups)
 
 
+# ---------------------------------------------------------------------------- OAT
+
+OAT_LAMBDA = "oat_lambda"
+
+
+class OATPair(nn.Module):
+    """Once-for-All Adversarial Training's pair forward (Wang et al. NeurIPS 2020; Split-Mix's
+    FedAvg+OAT baseline): both halves through the network conditioned on the step's lambda
+    (``groups[OAT_LAMBDA]``; FiLM dual BNs, :func:`~fedveil.models.dual_bn.conditioned`)."""
+
+    takes_groups = True
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, pairs: torch.Tensor, groups: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        lam = float(groups[OAT_LAMBDA][0]) if groups and OAT_LAMBDA in groups else 0.0
+        with conditioned(self.net, lam):
+            return torch.stack([self.net(pairs[:, 0]), self.net(pairs[:, 1])], dim=1)
+
+
+@dataclass(frozen=True)
+class OATPairLoss(Objective):
+    """Eq. (4.1) with the step's lambda: ``(1 - lam) inner(clean) + lam inner(adversarial)``."""
+
+    inner: Objective
+
+    def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        lam = float(batch.groups[OAT_LAMBDA][0])
+        return (1 - lam) * self.inner.mean(out[:, 0], batch) + lam * self.inner.mean(out[:, 1], batch)
+
+
+@dataclass(frozen=True)
+class OATPairs:
+    """``TrainRequest.input_fn``: draws the step's lambda uniformly from ``lams`` (the
+    client's generator), then pairs ``(x, PGD(x))`` against the network conditioned on it
+    (for lambda = 0 the adversarial half has no weight and is ``x`` itself)."""
+
+    pair: OATPair
+    attack: PGD
+    lams: tuple[float, ...]
+
+    def __call__(self, state: Params, batch: Batch, generator: torch.Generator) -> Batch:
+        lam = self.lams[int(torch.randint(len(self.lams), (1,), generator=generator, device=generator.device))]
+        net = self.pair.net
+        own = {k[len("net."):]: v.detach() for k, v in state.items() if k.startswith("net.")}
+
+        def predict(x: torch.Tensor) -> torch.Tensor:
+            with conditioned(net, lam):
+                return forward(net, own, x)
+
+        adversarial = batch.x if lam == 0 else self.attack.attack(predict, batch.x, batch.y, generator)
+        groups = {**batch.groups, OAT_LAMBDA: torch.full((len(batch.y),), lam, device=batch.x.device)}
+        return Batch(torch.stack([batch.x, adversarial], dim=1), batch.y, groups)
+
+
 def adversarial_request(net: nn.Module, inner: Objective, lam: float, attack: PGD,
-                        pair: AdversarialPair | None = None) -> dict[str, Any]:
+                        pair: nn.Module | None = None, oat_lams: tuple[float, ...] | None = None) -> dict[str, Any]:
     """The ``model`` / ``objective`` / ``input_fn`` of an adversarial training of ``net``
-    (pass a built ``pair`` to reuse it across calls, so that requests stack together)."""
+    (pass a built ``pair`` to reuse it across calls, so that requests stack together). With
+    ``oat_lams``, OAT: lambda drawn per step from them (``lam`` unused)."""
+    if oat_lams is not None:
+        pair = OATPair(net) if pair is None else pair
+        return {"model": pair, "objective": OATPairLoss(inner), "input_fn": OATPairs(pair, attack, tuple(oat_lams))}
     pair = AdversarialPair(net) if pair is None else pair
     return {"model": pair, "objective": PairLoss(inner, lam), "input_fn": PGDPairs(pair, attack)}
 
