@@ -41,6 +41,7 @@ OWN_HARNESS = {
     "sheterofl": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (digit_cnn, plain params state)",
     "adds": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
     "feddrop": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
+    "fedfed_distill": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (fedfed_vae, plain params state)",
 }
 
 

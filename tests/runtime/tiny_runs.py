@@ -29,6 +29,10 @@ ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
     "adds": {
         "model": {"name": "adds_vgg", "options": {"channels": [], "hidden": [16, 8]}},
     },
+    "fedfed_distill": {
+        "model": {"name": "fedfed_vae", "options": {"latent": 4, "width": 4}},
+        "data": {"name": "synthetic_images", "num_clients": 5, "options": {"height": 8, "width": 8, "rows": 300}},
+    },
     "feddrop": {
         "model": {"name": "adds_vgg", "options": {"channels": [], "hidden": [16, 8]}},
     },

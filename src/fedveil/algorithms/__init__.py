@@ -19,5 +19,6 @@ from . import stc  # noqa: F401  (registers)
 from . import pfedme  # noqa: F401  (registers)
 from . import adds  # noqa: F401  (registers)
 from . import feddrop  # noqa: F401  (registers)
+from . import fedfed  # noqa: F401  (registers)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmParams", "ClientResult", "ClientTask", "RunContext"]

@@ -41,7 +41,8 @@ class FedAvg(Algorithm):
         self.buffer_keys = frozenset(buffer_names(ctx.trainer.model))
         adversarial = getattr(params, "adversarial", None)
         self.adversarial = None if adversarial is None else AdversarialRequests(adversarial, ctx.trainer.model)
-        own_update = type(self).client_update is not FedAvg.client_update or type(self).grad_hook is not FedAvg.grad_hook
+        own_update = (type(self).client_update is not FedAvg.client_update or type(self).grad_hook is not FedAvg.grad_hook
+                      or type(self).request_options is not FedAvg.request_options)
         if self.adversarial is not None and own_update:
             raise ConfigError(f"algorithm.adversarial is not supported by {type(self).__name__} (FedAvg and its server optimisers only)")
         self.local_buffers = getattr(params, "buffers", "average") == "local" and bool(self.buffer_keys)
@@ -55,11 +56,17 @@ class FedAvg(Algorithm):
         """Subclasses add terms to the local gradient (FedProx, SCAFFOLD)."""
         return None
 
+    def request_options(self, task: ClientTask) -> dict[str, Any]:
+        """Subclasses widen the local training's request (an ``objective``, an ``input_fn``:
+        FedFed's distillation); default none."""
+        return {}
+
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = self._with_own_buffers(server_state["params"], client_state)
         hook = self.grad_hook(server_state, client_state)
         if self.adversarial is None:
-            new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp)
+            new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp,
+                                            **self.request_options(task))
         else:  # the model wrapped as clean / adversarial pairs: its state names gain "net."
             request = self.adversarial.request(task.trainer.model, TaskLoss(task.trainer.loss_fn))
             new, stats = task.trainer.train(
