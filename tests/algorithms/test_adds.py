@@ -131,3 +131,39 @@ def test_feddrop_moves_only_the_rounds_sub_model(tmp_path):
     # the sub-model: 64 inputs -> 16 -> 8 -> 10 classes, with biases
     sub = 64 * 16 + 16 + 16 * 8 + 8 + 8 * 10 + 10
     assert rows[0]["params_uploaded"] == rows[0]["params_downloaded"] == sub
+
+
+# ---------------------------------------------------------------------------- step pieces
+
+
+def test_architecture_rows_join_validation_rows_with_one_draw_per_role():
+    from fedveil.algorithms.adds import ArchitectureRows
+    from fedveil.data.arrays import ArrayDataset
+    from fedveil.models.supernet import EPS, LABEL, ROLE, UNIFORMS
+    from fedveil.training import Batch
+
+    val = ArrayDataset(torch.arange(10.0).view(10, 1), torch.arange(10), {"writer": torch.arange(10) % 3})
+    batch = Batch(-torch.ones(4, 1), torch.full((4,), 7), {"writer": torch.zeros(4, dtype=torch.long)})
+    out = ArchitectureRows(val, 0.25, 6, 3)({}, batch, torch.Generator().manual_seed(0))
+    assert out.x.shape == (7, 1) and torch.equal(out.x[:4], batch.x)
+    assert set(out.x[4:].flatten().tolist()) <= set(range(10)) and len(set(out.x[4:].flatten().tolist())) == 3
+    assert torch.equal(out.groups[ROLE], torch.tensor([0.0] * 4 + [1.0] * 3))
+    u = out.groups[UNIFORMS]
+    assert torch.equal(u[0], u[3]) and torch.equal(u[4], u[6]) and not torch.equal(u[0], u[4])
+    assert torch.all(out.groups[EPS] == 0.25) and torch.equal(out.groups[LABEL], out.y)
+    assert torch.equal(out.groups["writer"][4:], val.groups["writer"][out.x[4:].flatten().long()])
+
+
+def test_keep_ratio_term_adds_the_regulariser_scales_and_projects():
+    from fedveil.algorithms.adds import KeepRatioTerm
+
+    term = KeepRatioTerm(lam=0.8, alpha_range=(0.05, 0.95), scale=10.0)
+    w = {"alpha": torch.tensor([0.5, 0.97, 0.02, 0.95]), "w": torch.ones(2)}
+    g = {"alpha": torch.tensor([0.1, -3.0, 1.0, -0.5]), "w": torch.full((2,), 3.0)}
+    out = term(w, g)
+    # (g + 2 lam clamp(alpha)) * scale, outward components dropped at or beyond the range's ends
+    assert out["alpha"][0] == pytest.approx((0.1 + 1.6 * 0.5) * 10)
+    assert out["alpha"][1] == 0.0  # above hi and the step would raise alpha further
+    assert out["alpha"][2] == 0.0  # below lo and the step would lower it further
+    assert out["alpha"][3] == pytest.approx((-0.5 + 1.6 * 0.95) * 10)  # at hi but pointing inwards
+    assert torch.equal(out["w"], g["w"])
