@@ -10,8 +10,9 @@ entry; entries outside the sub-model keep their value, Eq. 19's aggregation).
 On the core the sub-model is the supernet with the dropped units' parameters set to zero
 and frozen (``param_mask``): a unit whose conv/BN or FC parameters are all zero outputs
 ReLU(0) = 0, exactly as if it were removed, and no dropout-style rescaling is applied. The
-requests are therefore ordinary ones: they stack on the vectorized executor and take
-example-level DP-SGD (the sub-model is drawn by the server, independent of the data).
+requests are therefore ordinary ones and take example-level DP-SGD (the sub-model is drawn
+by the server, independent of the data); the supernet's own forward has no stacked kernel,
+so the vectorized executor trains FedDrop's clients one by one (same numbers).
 
 The spec's erratum 9: "drop rate 0.75" is read as keep 0.75 (Caldas' convention), and
 both conv channels and FC neurons are dropped.
