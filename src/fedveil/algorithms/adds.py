@@ -56,7 +56,8 @@ class ADDSParams(AlgorithmParams):
     eps0: float = Field(1.0, gt=0.0, description="sampling temperature ('inexactness') of round 0")
     eps_decay: float = Field(0.98, gt=0.0, le=1.0, description="eps_t = eps0 * eps_decay^t")
     alpha_init: float = Field(0.99, gt=0.0, lt=1.0, description="keep ratio every layer starts each round from")
-    arch_lr: float = Field(0.01, gt=0.0, description="SGD step size of the keep ratios (the weights use client.lr)")
+    arch_lr: float = Field(0.01, gt=0.0, description="step size of the keep ratios (the weights use client.lr; "
+                           "with client.momentum m the gradient is scaled by 1 - m, so the steady-state step is arch_lr)")
     lam: float | None = Field(
         None, ge=0.0, description="regulariser weight lam of Eq. 5 for every client; none = JSD(labels, uniform) / max + 0.5"
     )
@@ -246,7 +247,10 @@ class ADDS(Algorithm):
             start = {**params, ALPHA: torch.full_like(params[ALPHA], self.hp.alpha_init)}
             eps = self.hp.eps0 * self.hp.eps_decay**task.round
             rows = ArchitectureRows(val, eps, self.subnets.num_units, self.hp.val_batch_size or trainer.config.batch_size or len(val))
-            hook = KeepRatioTerm(lam, model.alpha_range, self.hp.arch_lr / trainer.lr_at(task.round))
+            # the trainer steps alpha with the client's lr and momentum m: scaling by arch_lr (1 - m) / lr
+            # makes the steady-state step arch_lr * gradient (momentum would otherwise multiply it by 1 / (1 - m))
+            scale = self.hp.arch_lr * (1 - trainer.config.momentum) / trainer.lr_at(task.round)
+            hook = KeepRatioTerm(lam, model.alpha_range, scale)
             new, stats = trainer.train(start, train, task.generator, task.round, hook,
                                        objective=self.objective, input_fn=rows)
             alphas = model.alphas(new[ALPHA])
