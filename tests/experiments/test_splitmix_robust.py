@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 
 def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, mnist_data_root):
     study = rb.RobustStudy(at_lambdas=[0.0, 0.5], test_lambdas=[0.0, 1.0], seeds=[0], clients_per_domain=1,
-                           rows_per_domain=16, test_rows_per_domain=8, size=8, width=0.125, rounds=1)
+                           rows_per_domain=16, test_rows_per_domain=8, size=8, width=0.125, rounds=1, joint_width=0.5)
     ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=mnist_data_root)
     report = rb.run_experiment(ctx, study, progress=False)
     results = report.extra["results"]
@@ -23,6 +23,11 @@ def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, mnist_data_root)
     assert set(results["oat"]) == {"0", "0.5"}  # one OAT model served at each training lambda
     verdicts = [r for r in report.rows if r.metric.startswith("(c) the DAT curve")]
     assert len(verdicts) == 2
+    # width x robustness: Split-Mix DAT at 4 widths x 2 test lambdas, and the budget-compatible FedAvg+AT
+    joint = report.extra["joint"]
+    assert len(joint) == 4 * 2 + 1 and "x0.125, lambda 1" in joint and "budget_at" in joint
+    assert any(r.metric.startswith("(e) the widest customised model") for r in report.rows)
+    assert (ctx.out_dir / "width_robustness.png").stat().st_size > 0
     for by in results.values():
         for cell in by.values():
             assert len(cell["sa"]) == len(cell["ra"]) == 1 and 0 <= cell["ra"][0] <= 1

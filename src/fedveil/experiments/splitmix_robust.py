@@ -18,7 +18,9 @@ Claims checked: (a) the DAT curve is at least as good as FedAvg+AT's points: for
 point, the DAT curve's RA at the same SA (linear interpolation) is not lower, or, where the
 curve does not span that SA, some DAT setting is as good on both (:func:`pareto_verdict`);
 (b) DAT's lambda trades accuracy for robustness (RA grows and SA falls from 0 to 1); (c) the
-DAT curve is at least as good as FedAvg+OAT's points (the paper: OAT is unstable in FL). The
+DAT curve is at least as good as FedAvg+OAT's points (the paper: OAT is unstable in FL);
+(d) Split-Mix DAT's SA and RA grow with width and (e) its widest model beats the only
+budget-compatible FedAvg+AT (x0.125) on both (Fig. 4.7c-d). The
 gap between the trained clean and noise BNs is reported: the mix can trade no more than it.
 """
 from __future__ import annotations
@@ -37,11 +39,14 @@ from ..runtime.saved_model import evaluate_saved
 from ..training.adversarial import PGD
 from . import seed_stats as st
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow, run_once
-from .splitmix_digits import digit_domains
+from .splitmix_digits import WIDTHS, digit_domains
 
 EPS, STEPS = 8 / 255, 7
 # method -> setting (lambda_n for AT, test lambda for DAT) -> {"sa": [...], "ra": [...]} per seed
 Results = dict[str, dict[float, dict[str, list[float]]]]
+# (width, test lambda) of Split-Mix DAT, or "budget_at" (FedAvg+AT at x0.125) -> {"sa", "ra"} per seed
+JointResults = dict[Any, dict[str, list[float]]]
+JOINT_LAMBDA_N = 0.5
 
 
 @dataclass
@@ -57,6 +62,8 @@ class RobustStudy:
     rounds: int = 30
     lr: float = 0.1
     oat: bool = True  # also FedAvg+OAT (one FiLM-conditioned model, lambda drawn per step from at_lambdas)
+    joint: bool = True  # also width x robustness (Fig. 4.7c-d): Split-Mix DAT vs budget-compatible FedAvg+AT
+    joint_width: float = 1.0  # the Split-Mix DAT model's x1: 8 bases of joint_width / 8
 
 
 def robust_study(quick: bool = False) -> RobustStudy:
@@ -85,6 +92,86 @@ def run_config(ctx: ExperimentContext, study: RobustStudy, seed: int, norm: str,
         "eval": {"every": study.rounds, "batch_size": 128},
         "checkpoint": {"every": 5},
     }
+
+
+def joint_config(ctx: ExperimentContext, study: RobustStudy, seed: int, method: str) -> dict[str, Any]:
+    """Fig. 4.7c-d: ``splitmix_dat`` (Split-Mix, 8 dual-BN bases, budgets 8-4-2-1, adversarial
+    lambda_n 0.5) or ``budget_at`` (FedAvg+AT at the width every client can afford, x0.125)."""
+    adversarial = {"lam": JOINT_LAMBDA_N, "eps": EPS, "steps": STEPS}
+    if method == "splitmix_dat":
+        config = run_config(ctx, study, seed, "dual_batch_tracked", JOINT_LAMBDA_N)
+        config["model"]["options"].update({"width": study.joint_width, "bases": 8})
+        config["algorithm"] = {"name": "split_mix", "adversarial": adversarial}
+        return config
+    config = run_config(ctx, study, seed, "batch_tracked", JOINT_LAMBDA_N)
+    config["model"]["options"]["width"] = study.joint_width * WIDTHS[0]
+    return config
+
+
+def run_joint(ctx: ExperimentContext, study: RobustStudy, progress: bool = True) -> JointResults:
+    """SA and RA of Split-Mix DAT at every width x test lambda, and of budget-compatible FedAvg+AT."""
+    jobs = [(m, joint_config(ctx, study, seed, m), ctx.runs_dir / f"{m}_seed{seed}")
+            for seed in study.seeds for m in ("splitmix_dat", "budget_at")]
+    for _, config, _ in jobs:
+        validate(config)
+    attack, results = PGD(EPS, STEPS), {}
+    for method, config, out in tqdm(jobs, desc="splitmix_robust (joint)", unit="run", disable=not progress,
+                                    dynamic_ncols=True):
+        run_once(config, out)
+        widths, lams = (list(WIDTHS), study.test_lambdas) if method == "splitmix_dat" else ([None], [None])
+        for row in evaluate_saved(out, widths, lams=lams, attack=attack):
+            key = (row["width"], row["lam"]) if method == "splitmix_dat" else "budget_at"
+            cell = results.setdefault(key, {"sa": [], "ra": []})
+            cell["sa"].append(row["accuracy"])
+            cell["ra"].append(row["robust_accuracy"])
+    return results
+
+
+def joint_rows(joint: JointResults, study: RobustStudy) -> list[ResultRow]:
+    rows = [ResultRow(f"Split-Mix DAT x{w:g}, test lambda = {lam:g}", "SA; RA (PGD-7, 8/255)",
+                      f"{st.cell(joint[(w, lam)]['sa'])}; {st.cell(joint[(w, lam)]['ra'])}", "curve only (Fig. 4.7c-d)")
+            for w in WIDTHS for lam in study.test_lambdas]
+    at = joint["budget_at"]
+    rows.append(ResultRow(f"FedAvg+AT x{WIDTHS[0]:g} (budget-compatible), lambda_n = {JOINT_LAMBDA_N:g}",
+                          "SA; RA (PGD-7, 8/255)", f"{st.cell(at['sa'])}; {st.cell(at['ra'])}", "curve only (Fig. 4.7c-d)"))
+    mid = sorted(study.test_lambdas)[len(study.test_lambdas) // 2]
+    small, big = joint[(WIDTHS[0], mid)], joint[(WIDTHS[-1], mid)]
+    sa, ra = st.difference(small["sa"], big["sa"]), st.difference(small["ra"], big["ra"])
+    rows.append(ResultRow(
+        f"Split-Mix DAT, test lambda {mid:g}, x{WIDTHS[0]:g} -> x{WIDTHS[-1]:g}", "(d) SA and RA grow with width",
+        f"SA {st.mean(small['sa']):.4f} -> {st.mean(big['sa']):.4f}; RA {st.mean(small['ra']):.4f} -> {st.mean(big['ra']):.4f}",
+        "both rise with width (Fig. 4.7c-d)", f"SA: {st.lower_verdict(*sa)}; RA: {st.lower_verdict(*ra)}",
+    ))
+    sa, ra = st.difference(at["sa"], big["sa"]), st.difference(at["ra"], big["ra"])
+    rows.append(ResultRow(
+        f"Split-Mix DAT x{WIDTHS[-1]:g} (test lambda {mid:g}) vs FedAvg+AT x{WIDTHS[0]:g}",
+        "(e) the widest customised model beats the only budget-compatible FedAvg on both",
+        f"SA {st.mean(big['sa']):.4f} vs {st.mean(at['sa']):.4f}; RA {st.mean(big['ra']):.4f} vs {st.mean(at['ra']):.4f}",
+        "Fig. 4.7c-d", f"SA: {st.at_least_verdict(*sa)}; RA: {st.at_least_verdict(*ra)}",
+    ))
+    return rows
+
+
+def plot_joint(joint: JointResults, study: RobustStudy, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    for w in WIDTHS:
+        cells = [joint[(w, lam)] for lam in study.test_lambdas]
+        ax.plot([st.mean(c["sa"]) for c in cells], [st.mean(c["ra"]) for c in cells], marker="o",
+                label=f"Split-Mix DAT x{w:g}, lambda {min(study.test_lambdas):g}..{max(study.test_lambdas):g}")
+    at = joint["budget_at"]
+    ax.plot([st.mean(at["sa"])], [st.mean(at["ra"])], "k*", markersize=12, label=f"FedAvg+AT x{WIDTHS[0]:g} (budget)")
+    ax.set_xlabel("standard accuracy (SA)")
+    ax.set_ylabel("robust accuracy (RA, PGD-7 8/255)")
+    ax.set_title(f"Width x robustness customised at test time ({len(study.seeds)} seed(s))")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def run_study(ctx: ExperimentContext, study: RobustStudy, progress: bool = True) -> tuple[Results, list[float]]:
@@ -216,7 +303,9 @@ def scale_notes(study: RobustStudy, quick: bool) -> list[str]:
         "lambda RA, per-client mean)",
         "FedAvg+OAT: the digits CNN with FiLM-conditioned dual BNs (an MLP of lambda per BN, OAT's clean BN at "
         "lambda 0 and adversarial BN otherwise), lambda drawn per step from the AT grid, served at each of them",
-        "joint width x robustness customisation (Fig. 4.7c-d) is not run here",
+        f"width x robustness (Fig. 4.7c-d): Split-Mix DAT with 8 dual-BN bases of x{study.joint_width / 8:g} "
+        f"(x1 = digits CNN width {study.joint_width:g}), budgets 8-4-2-1, lambda_n {JOINT_LAMBDA_N}, lr {study.lr}, "
+        "served at every width x test lambda; FedAvg+AT at x0.125 is the only FedAvg every client can afford",
     ]
     if quick:
         notes.append(f"quick mode: {study.rounds} rounds, {study.rows_per_domain} rows per domain, one seed; not comparable")
@@ -257,16 +346,21 @@ def plot(results: Results, study: RobustStudy, path: Path) -> None:
 
 def run_experiment(ctx: ExperimentContext, study: RobustStudy, progress: bool = True) -> ExperimentReport:
     results, gaps = run_study(ctx, study, progress)
+    joint = run_joint(ctx, study, progress) if study.joint else {}
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["robustness_tradeoff.png"]
     plot(results, study, ctx.out_dir / figures[0])
+    if joint:
+        figures.append("width_robustness.png")
+        plot_joint(joint, study, ctx.out_dir / figures[1])
     return ExperimentReport(
         title="Robustness customised at test time: dual-BN adversarial training vs FedAvg+AT",
         source="Hong et al. ICLR 2022 Fig. 4.7a-b, App. C.1.2 (spec 000 part 2 §A.7; curves, no numbers)",
-        rows=table_rows(results, study) + claim_rows(results, study, gaps),
+        rows=table_rows(results, study) + claim_rows(results, study, gaps) + (joint_rows(joint, study) if joint else []),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "results": {m: {f"{k:g}": v for k, v in by.items()} for m, by in results.items()},
-               "bn_gap": gaps},
+               "bn_gap": gaps,
+               "joint": {("budget_at" if k == "budget_at" else f"x{k[0]:g}, lambda {k[1]:g}"): v for k, v in joint.items()}},
         figures=figures,
     )
 
