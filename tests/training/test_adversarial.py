@@ -140,3 +140,41 @@ def test_split_mix_dual_bn_adversarial_training_serves_width_and_robustness(tmp_
     assert rows[2]["params"] == 2 * rows[0]["params"]
     state = torch.load(tmp_path / "sm" / "model.pt", weights_only=True)
     assert not torch.equal(state["bases.1.bn1.clean.running_mean"], state["bases.1.bn1.noise.running_mean"])
+
+
+def test_per_base_pairs_attack_each_base_on_its_own():
+    from fedveil.models.functional import submodule_forward
+    from fedveil.training.adversarial import PerBasePair, PerBasePGDPairs
+
+    torch.manual_seed(3)
+    net = build_model("digit_cnn", (1, 8, 8), 10, width=0.25, bases=2, norm="dual_batch_tracked", rescale_layer=False)
+    net = net.with_bases(2, "stack")
+    pair = PerBasePair(net)
+    state = {f"net.{k}": v for k, v in model_state(net).items()}
+    batch = Batch(torch.rand(4, 1, 8, 8), torch.tensor([0, 1, 2, 3]), {})
+    attack = PGD(eps=0.05, steps=2)
+    out = PerBasePGDPairs(pair, attack)(state, batch, torch.Generator().manual_seed(0))
+    assert out.x.shape == (4, 3, 1, 8, 8) and torch.equal(out.x[:, 0], batch.x)
+    g = torch.Generator().manual_seed(0)
+    own = model_state(net)
+    for k in range(2):  # the same generator, attacks in base order
+        def predict(x, k=k):
+            with routed(net, "noise"):
+                return submodule_forward(net, f"bases.{k}", own, x)
+        torch.testing.assert_close(out.x[:, 1 + k], attack.attack(predict, batch.x, batch.y, g))
+    assert not torch.equal(out.x[:, 1], out.x[:, 2])
+    logits = forward(pair, state, out.x, train=True)
+    assert logits.shape == (4, 2, 2, 10)
+
+
+def test_split_mix_trains_with_per_base_attacks_and_fedavg_refuses_them(tmp_path):
+    sections = merge(AT, {
+        "model": {"options": {"width": 0.25, "bases": 2}},
+        "algorithm": {"name": "split_mix", "budgets": [0.125, 0.25], "adversarial": {"per_base": True}},
+    })
+    run(tiny_config(**sections), tmp_path / "sm", progress=False)
+    assert (tmp_path / "sm" / "model.pt").is_file()
+    from fedveil.runtime.simulation import Simulation
+
+    with pytest.raises(ConfigError, match="per_base"):
+        Simulation.from_config(tiny_config(**merge(AT, {"algorithm": {"adversarial": {"per_base": True}}})))

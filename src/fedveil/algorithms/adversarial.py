@@ -17,7 +17,8 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models.dual_bn import has_film
-from ..training.adversarial import PGD, AdversarialPair, OATPair, adversarial_request
+from ..models.ensemble import BaseEnsemble
+from ..training.adversarial import PGD, AdversarialPair, OATPair, PerBasePair, adversarial_request
 from ..training.request import Objective
 
 
@@ -29,6 +30,10 @@ class AdversarialParams(BaseModel):
     steps: int = Field(7, ge=1, description="PGD steps")
     step_size: float | None = Field(None, gt=0.0, description="PGD step; default min(1.25 eps, eps + 4/255) / steps (the code's)")
     random_start: bool = Field(True, description="start PGD from a uniform point of the eps-ball")
+    per_base: bool = Field(
+        False, description="Split-Mix: attack each base on its own, as the reference code (M times the PGD cost); "
+        "default one attack against all of a client's bases (their summed loss)"
+    )
     oat_lams: list[float] | None = Field(
         None, description="OAT (FedAvg+OAT): lambda drawn per step from these, the model conditioned on it "
         "(needs norm = \"film_dual_...\"); lam is then unused"
@@ -53,6 +58,11 @@ class AdversarialRequests:
         if params.oat_lams is not None and not has_film(model):
             raise ConfigError("algorithm.adversarial.oat_lams (OAT) needs a lambda-conditioned model: "
                               "set model.options.norm = \"film_dual_batch_average\" (or _tracked)")
+        if params.per_base and not isinstance(model, BaseEnsemble):
+            raise ConfigError("algorithm.adversarial.per_base attacks the bases of a Split-Mix model one by one: "
+                              "use algorithm = \"split_mix\" with model.options.bases > 1")
+        if params.per_base and params.oat_lams is not None:
+            raise ConfigError("algorithm.adversarial: per_base and oat_lams cannot be combined")
         self.params, self.attack, self._pairs = params, params.attack(), {}
         self._lock = threading.Lock()
 
@@ -61,5 +71,7 @@ class AdversarialRequests:
         with self._lock:
             pair = self._pairs.get(id(net))
             if pair is None:
-                pair = self._pairs[id(net)] = AdversarialPair(net) if oat is None else OATPair(net)
-        return adversarial_request(net, inner, self.params.lam, self.attack, pair, None if oat is None else tuple(oat))
+                kind = PerBasePair if self.params.per_base else (AdversarialPair if oat is None else OATPair)
+                pair = self._pairs[id(net)] = kind(net)
+        return adversarial_request(net, inner, self.params.lam, self.attack, pair, None if oat is None else tuple(oat),
+                                   self.params.per_base)

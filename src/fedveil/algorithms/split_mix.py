@@ -25,8 +25,8 @@ multiply-accumulates, Table 4.1 shows them /10 (E.5); bases are mixed in index o
 (the code's default, no ``--sort_bases``). Example-level DP-SGD applies (one training per
 round, accounted as usual) with a model without batch statistics (``norm = "none"``).
 With ``adversarial`` (dual-BN PGD training, Alg. C.1) one attack is made against all of a
-client's bases at once (their summed cross-entropy); the reference code attacks each base
-on its own, n times the PGD cost.
+client's bases at once (their summed cross-entropy) by default; ``per_base = true`` attacks
+each base on its own, as the reference code does (n times the PGD cost).
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.dual_bn import conditioned, routed
-from ..models.functional import forward
+from ..models.functional import forward, submodule_forward
 from ..params import Params
 from ..privacy.randomness import uniform
 from .request import Batch, Objective
@@ -124,6 +124,47 @@ class PGDPairs:
         return Batch(torch.stack([batch.x, adversarial], dim=1), batch.y, batch.groups)
 
 
+# ---------------------------------------------------------------------------- per-base attacks
+
+
+class PerBasePair(nn.Module):
+    """Split-Mix's adversarial pairs with one attack per base (the reference code): inputs
+    ``(N, 1 + M, ...)``, the clean rows and one adversarial copy per base; outputs ``(N, 2, M, C)``,
+    every base on the clean rows (clean BNs) and base k on its own copy (noise BNs)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        with routed(self.net, "clean"):
+            clean = self.net(rows[:, 0])
+        with routed(self.net, "noise"):
+            adversarial = torch.stack([base(rows[:, 1 + k]) for k, base in enumerate(self.net.bases)], dim=1)
+        return torch.stack([clean, adversarial], dim=1)
+
+
+@dataclass(frozen=True)
+class PerBasePGDPairs:
+    """``TrainRequest.input_fn``: a batch of ``x`` becomes ``(x, PGD_0(x), ..., PGD_{M-1}(x))``,
+    ``PGD_k`` the attack on base k alone with its noise BNs (M times the cost of one attack)."""
+
+    pair: PerBasePair
+    attack: PGD
+
+    def __call__(self, state: Params, batch: Batch, generator: torch.Generator) -> Batch:
+        net = self.pair.net
+        own = {k[len("net."):]: v.detach() for k, v in state.items() if k.startswith("net.")}
+        copies = [batch.x]
+        for k in range(len(net.bases)):
+            def predict(x: torch.Tensor, k: int = k) -> torch.Tensor:
+                with routed(net, "noise"):
+                    return submodule_forward(net, f"bases.{k}", own, x)
+
+            copies.append(self.attack.attack(predict, batch.x, batch.y, generator))
+        return Batch(torch.stack(copies, dim=1), batch.y, batch.groups)
+
+
 # ---------------------------------------------------------------------------- OAT
 
 OAT_LAMBDA = "oat_lambda"
@@ -182,10 +223,15 @@ class OATPairs:
 
 
 def adversarial_request(net: nn.Module, inner: Objective, lam: float, attack: PGD,
-                        pair: nn.Module | None = None, oat_lams: tuple[float, ...] | None = None) -> dict[str, Any]:
+                        pair: nn.Module | None = None, oat_lams: tuple[float, ...] | None = None,
+                        per_base: bool = False) -> dict[str, Any]:
     """The ``model`` / ``objective`` / ``input_fn`` of an adversarial training of ``net``
     (pass a built ``pair`` to reuse it across calls, so that requests stack together). With
-    ``oat_lams``, OAT: lambda drawn per step from them (``lam`` unused)."""
+    ``oat_lams``, OAT: lambda drawn per step from them (``lam`` unused); with ``per_base``
+    (an ensemble ``net``), one attack per base."""
+    if per_base:
+        pair = PerBasePair(net) if pair is None else pair
+        return {"model": pair, "objective": PairLoss(inner, lam), "input_fn": PerBasePGDPairs(pair, attack)}
     if oat_lams is not None:
         pair = OATPair(net) if pair is None else pair
         return {"model": pair, "objective": OATPairLoss(inner), "input_fn": OATPairs(pair, attack, tuple(oat_lams))}
