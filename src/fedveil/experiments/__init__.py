@@ -14,6 +14,7 @@ from . import splitmix_digits  # noqa: F401
 from . import splitmix_cifar  # noqa: F401
 from . import splitmix_robust  # noqa: F401
 from . import splitmix_ablation  # noqa: F401
+from . import splitmix_variants  # noqa: F401
 from . import adds_tables  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]
