@@ -218,3 +218,33 @@ def test_masked_loss_runs_agree_on_both_executors(tmp_path):
         params[executor] = torch.load(tmp_path / executor / "checkpoint.pt", weights_only=True)["server"]["params"]
     for name, value in params["serial"].items():
         torch.testing.assert_close(params["vectorized"][name], value, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_locally_tracked_statistics_stay_with_the_clients(tmp_path):
+    """Table C.3's 'locally tracked': the server never averages the BN statistics; each client
+    keeps those of the bases it trained, and is scored with them."""
+    from fedveil.runtime.saved_model import evaluate_saved, saved_client_states
+
+    sections = {
+        "data": {"name": "rotated_digits", "num_clients": 4, "options": {"num_domains": 2}, "partition": {"name": "domain"}},
+        "model": {"name": "digit_cnn", "options": {"width": 0.25, "bases": 2, "norm": "batch_tracked", "rescale_layer": False}},
+        "algorithm": {"name": "split_mix", "budgets": [0.125, 0.25], "buffers": "local"},
+        "client": {"batch_size": 16, "lr": 0.01, "steps": 2},
+        "federation": {"rounds": 2, "clients_per_round": 4},
+        "eval": {"personal": False},
+    }
+    config = tiny_config(**sections)
+    init = Simulation.from_config(config).fresh_state()["server"]["params"]
+    run(config, tmp_path / "run", progress=False)
+    final = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    stats = [k for k in final if k.endswith("running_mean")]
+    assert stats and all(torch.equal(final[k], init[k]) for k in stats)  # the server's copy never moves
+    states = saved_client_states(tmp_path / "run")
+    assert set(states) == {0, 1, 2, 3}
+    for state in states.values():
+        assert state["buffers"] and all(not torch.equal(v, init[k]) for k, v in state["buffers"].items()
+                                        if k.endswith("running_mean"))
+    rows = evaluate_saved(tmp_path / "run", [0.125, 0.25], local_bn=True)
+    assert [r["width"] for r in rows] == [0.125, 0.25] and all(0 <= r["accuracy"] <= 1 for r in rows)
+    with pytest.raises(ConfigError, match="tracked"):
+        Simulation.from_config(tiny_config(**merge(sections, {"model": {"options": {"norm": "none"}}})))

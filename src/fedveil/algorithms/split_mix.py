@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -41,7 +41,7 @@ from torch import nn
 from .. import params as P
 from ..errors import ConfigError
 from ..models.ensemble import BaseEnsemble
-from ..models.functional import forward
+from ..models.functional import buffer_names, forward
 from ..seeding import numpy_generator
 from ..training.adversarial import prefixed, unprefixed
 from ..training.request import Batch, LossFn, Objective
@@ -56,6 +56,10 @@ class SplitMixParams(BudgetParams):
 
     adversarial: AdversarialParams | None = Field(
         None, description="PGD adversarial training of the bases (Eq. 4.1; dual-BN with a dual_ norm model)"
+    )
+    buffers: Literal["average", "local"] = Field(
+        "average", description="BN running statistics: averaged per base like parameters, or kept by each client for "
+        "the bases it trained (Table C.3's 'locally tracked'; needs a *_tracked norm)"
     )
 
 
@@ -106,6 +110,11 @@ class SplitMix(Algorithm):
         self.test_bases = self.num_bases if params.test_width is None else self._bases_for(params.test_width, "algorithm.test_width")
         self.objective = PerBaseLoss(ctx.trainer.loss_fn)
         self.adversarial = None if params.adversarial is None else AdversarialRequests(params.adversarial, model)
+        self.buffer_keys = frozenset(buffer_names(model))
+        if params.buffers == "local":
+            if not self.buffer_keys:
+                raise ConfigError("split_mix: buffers = \"local\" keeps BN running statistics: use a *_tracked norm")
+            self.has_personal_models = True  # each client's model: the global bases with its own statistics
         # one module per base count, built up front (clients of a round run in threads)
         self.trainees = {n: model.with_bases(n, "stack") for n in range(1, self.num_bases + 1)}
         self.mixers = {n: model.with_bases(n, "mean") for n in range(1, self.num_bases + 1)}
@@ -161,7 +170,7 @@ class SplitMix(Algorithm):
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         bases = server_state["plan"][task.client_id]
         to_local = {g: j for j, g in enumerate(bases)}
-        start = rename_bases(server_state["params"], to_local)
+        start = rename_bases(self._with_own_buffers(server_state["params"], client_state), to_local)
         trainee = self.trainees[len(bases)]
         if self.adversarial is None:
             new, stats = task.trainer.train(
@@ -172,9 +181,24 @@ class SplitMix(Algorithm):
             new, stats = task.trainer.train(prefixed(start), task.data.train, task.generator, task.round, dp=task.dp, **request)
             new = unprefixed(new)
         delta = rename_bases(P.sub(new, start), {j: g for g, j in to_local.items()})
+        if self.hp.buffers == "local":  # the statistics stay with the client, under the bases' global names
+            trained = {k: v for k, v in rename_bases(new, {j: g for g, j in to_local.items()}).items() if k in self.buffer_keys}
+            client_state = {"buffers": {**(client_state or {}).get("buffers", {}), **trained}}
+            delta = {k: v for k, v in delta.items() if k not in self.buffer_keys}
         message = {"delta": delta, "num_examples": task.data.num_train, "steps": stats.steps}
         uploaded = sum(v.numel() for v in delta.values())
-        return ClientResult(message=message, stats=stats, extra_metrics={"bases_trained": len(bases), "params_uploaded": uploaded})
+        return ClientResult(message=message, state=client_state, stats=stats,
+                            extra_metrics={"bases_trained": len(bases), "params_uploaded": uploaded})
+
+    def _with_own_buffers(self, params: P.Params, client_state: State | None) -> P.Params:
+        if self.hp.buffers != "local" or not client_state:
+            return params
+        return {**params, **client_state.get("buffers", {})}
+
+    def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """With ``buffers = "local"``: the global bases with the client's own statistics (those of
+        bases it never trained stay the global ones)."""
+        return self._with_own_buffers(server_state["params"], client_state)
 
     # ------------------------------------------------------------------ test time
     def predict(self, model: nn.Module, state: P.Params, x: torch.Tensor) -> torch.Tensor:

@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--pgd-steps", type=int, default=7, help="PGD steps (default 7)")
     ev.add_argument("--refresh-bn", type=int, default=0, metavar="PASSES", help="re-estimate the BN running "
                     "statistics with PASSES passes over the clients' training rows first ('post average')")
+    ev.add_argument("--local-bn", action="store_true", help="score each client with the BN statistics it kept "
+                    "(runs with algorithm.buffers = \"local\": 'locally tracked')")
     ev.add_argument("--data-root", help="the data set's folder, when it moved since the run (sets data.root)")
 
     sub.add_parser("datasets", help="list the data sets")
@@ -264,8 +266,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     attack = PGD(args.eps, args.pgd_steps) if args.robust else None
     if args.refresh_bn < 0:
         raise ConfigError(f"--refresh-bn: {args.refresh_bn} passes is negative")
+    if args.refresh_bn and args.local_bn:
+        raise ConfigError("--refresh-bn and --local-bn are two different BN options: choose one")
     rows = evaluate_saved(args.run_dir, widths, args.data_root, lams=args.lam or [None], attack=attack,
-                          refresh_bn=args.refresh_bn)
+                          refresh_bn=args.refresh_bn, local_bn=args.local_bn)
     robust = f" {'robust':>9}" if attack else ""
     print(f"{'width':>8} {'lambda':>6} {'accuracy':>9}{robust} {'loss':>8} {'params':>12} {'MACs':>14}")
     for r in rows:

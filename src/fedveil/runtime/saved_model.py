@@ -17,7 +17,7 @@ from ..seeding import torch_generator
 from ..training.adversarial import PGD
 from .evaluation import evaluate
 from .initial_model import initial_params
-from .run_dir import CONFIG_FILE, MODEL_FILE, read_json
+from .run_dir import CHECKPOINT_FILE, CLIENT_STATES_DIR, CONFIG_FILE, MODEL_FILE, read_json
 from .simulation import Simulation
 
 
@@ -33,9 +33,31 @@ def load_saved_run(run_dir: str | Path, data_root: str | None = None) -> tuple[S
     return sim, initial_params(sim.init, str(run_dir), [])
 
 
+def saved_client_states(run_dir: str | Path) -> dict[int, dict]:
+    """Every client's state at the end of a finished run (read from its checkpoint, in memory
+    or in ``client_states/``, without touching the run)."""
+    run_dir = Path(run_dir)
+    checkpoint = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
+    out = {}
+    for cid, entry in checkpoint["clients"].items():
+        if isinstance(entry, int):  # the disk store's index: the round of the client's newest state
+            entry = torch.load(run_dir / CLIENT_STATES_DIR / f"c{cid}.r{entry}.pt", weights_only=True)
+        out[int(cid)] = entry
+    return out
+
+
+def locally_tracked(sim: Simulation, run_dir: str | Path, params: dict) -> list[dict]:
+    """``params`` with each client's own BN statistics (Table C.3's "locally tracked": kept by
+    the client for what it trained; the global ones elsewhere)."""
+    states = saved_client_states(run_dir)
+    if not any("buffers" in s for s in states.values()):
+        raise ConfigError("--local-bn needs a run whose clients kept their BN statistics (algorithm.buffers = \"local\")")
+    return [{**params, **states.get(cid, {}).get("buffers", {})} for cid in range(sim.data.num_clients)]
+
+
 def evaluate_saved(
     run_dir: str | Path, widths: Sequence[float | None] | str = (None,), data_root: str | None = None, *,
-    lams: Sequence[float | None] = (None,), attack: PGD | None = None, refresh_bn: int = 0,
+    lams: Sequence[float | None] = (None,), attack: PGD | None = None, refresh_bn: int = 0, local_bn: bool = False,
 ) -> list[dict[str, Any]]:
     """Per width and dual-BN mix: pooled-test metrics of the run's global model, its parameter
     count and MACs per example. A width ``None`` is the model as the run evaluated it; a
@@ -46,7 +68,8 @@ def evaluate_saved(
     instead (Table C.3, the reference code's protocol): for each client, the running BN
     statistics re-estimated with that many passes over its own training rows, then its test
     rows scored (those of its domain when the test set is shared); the metrics are the mean
-    over clients."""
+    over clients. ``local_bn`` scores "locally tracked" the same way, each client with the BN
+    statistics it kept (runs with ``algorithm.buffers = "local"``)."""
     sim, params = load_saved_run(run_dir, data_root)
     algorithm, name, model = sim.algorithm, sim.config.algorithm.name, sim.trainer.model
     if refresh_bn > 0 and not any(m.track_running_stats for m in model.modules()
@@ -62,6 +85,8 @@ def evaluate_saved(
     states = {lam: params if lam is None else with_mix(params, lam) for lam in lams}
     # post average: each client's refreshed statistics, once per mix (every width slices them)
     refreshed = {lam: refreshed_per_client(sim, state, refresh_bn) for lam, state in states.items()} if refresh_bn > 0 else {}
+    if local_bn:
+        refreshed = {lam: locally_tracked(sim, run_dir, state) for lam, state in states.items()}
     rows = []
     for width in widths:
         if width is None:
@@ -73,7 +98,7 @@ def evaluate_saved(
                 return algorithm.predict_at(state, x, width)
 
         for lam, state in states.items():
-            if refresh_bn > 0:
+            if refresh_bn > 0 or local_bn:
                 metrics = post_average(sim, refreshed[lam], predict)
             else:
                 metrics = evaluate(model, state, sim.data.test, sim.data.task, sim.config.eval.batch_size, predict=predict)
@@ -114,7 +139,7 @@ def client_test_rows(sim: Simulation, client) -> ArrayDataset:
     test, train = sim.data.test, client.train
     if "domain" in test.groups and "domain" in train.groups and len(train.groups["domain"].unique()) == 1:
         return test.subset(test.groups["domain"] == train.groups["domain"][0])
-    raise ConfigError("--refresh-bn scores each client on its own test rows: this data set gives clients none")
+    raise ConfigError("--refresh-bn / --local-bn score each client on its own test rows: this data set gives clients none")
 
 
 def robust_accuracy(predict, data: ArrayDataset, attack: PGD, batch_size: int, generator: torch.Generator) -> float:
