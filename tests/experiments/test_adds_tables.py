@@ -55,6 +55,7 @@ def test_the_study_runs_every_method_and_reports_sizes(tmp_path):
     assert rows["FedAvg: Acc_L"].measured == "n/a"
     assert "(a) ADDS uploads fewer parameters per round than FedAvg" in rows
     assert len(list((tmp_path / "runs").iterdir())) == 3
+    assert (tmp_path / "accuracy_and_upload_femnist.png").stat().st_size > 0
 
 
 def test_claims_follow_the_numbers():

@@ -223,15 +223,49 @@ def scale_notes(study: ADDSStudy, quick: bool) -> list[str]:
     return notes
 
 
+def plot(study: ADDSStudy, results: Results, full_size: int, path: Path) -> None:
+    """Left: Acc_G by round per method (mean over seeds); right: final Acc_G against the share
+    of the supernet uploaded per round (mean ± std over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (curves, cost) = plt.subplots(1, 2, figsize=(10, 4))
+    for method in study.methods:
+        runs = results[method]
+        rounds = [r for r, _ in runs[0]["curve"]]
+        mean = np.mean([[acc for _, acc in run["curve"]] for run in runs], axis=0)
+        line = curves.plot(rounds, mean, label=LABELS[method])[0]
+        share = [100 * (run["uploaded"] if run["uploaded"] is not None else full_size) / full_size for run in runs]
+        acc = [run["acc_g"] for run in runs]
+        cost.errorbar(np.mean(share), np.mean(acc), xerr=np.std(share), yerr=np.std(acc), fmt="o", capsize=3,
+                      color=line.get_color(), label=LABELS[method])
+    curves.set_xlabel("round")
+    curves.set_ylabel("Acc_G (global model, pooled test rows)")
+    curves.legend(fontsize=7)
+    cost.set_xlabel("parameters uploaded per client and round (% of the supernet)")
+    cost.set_ylabel("final Acc_G")
+    fig.suptitle(f"{study.table}: mean over {len(study.seeds)} seed(s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def run_experiment(ctx: ExperimentContext, study: ADDSStudy, progress: bool = True) -> ExperimentReport:
     results = run_study(ctx, study, progress)
     full_size = model_size(study)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    figures = [f"accuracy_and_upload_{study.table}.png"]
+    plot(study, results, full_size, ctx.out_dir / figures[0])
     return ExperimentReport(
         title=f"ADDS vs FedAvg, STC, pFedMe, FedDrop ({'Table 3 protocol' if study.table == 'femnist' else 'Table 4 protocol'})",
         source="Gong et al. 2021 (arXiv 2110.15522), Tables 3-4 (spec 001 §3)",
         rows=table_rows(study, results, full_size) + claim_rows(study, results, full_size),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "results": results, "supernet_params": full_size},
+        figures=figures,
     )
 
 
