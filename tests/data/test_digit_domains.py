@@ -3,13 +3,13 @@ MNIST rows, on tiny MNIST IDX files written here (200 rows of drawn strokes)."""
 from __future__ import annotations
 
 import itertools
-import struct
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits as sklearn_digits
 
+from mnist_idx_files import idx, strokes  # tests/data helper: tiny IDX files
 from fedveil.config import validate
 from fedveil.data import DATASETS, DataError
 from fedveil.data.loaders.digit_domains import (
@@ -23,23 +23,6 @@ NAME = "digit_domains_synthetic"
 SPLITS = {"train": 160, "t10k": 40}  # pooled: 200 MNIST rows, at most 40 per domain
 ROWS = 200
 MNIST, SVHN, USPS, SYNTH, MNISTM = range(5)
-
-
-def idx(array: np.ndarray) -> bytes:
-    """``array`` (uint8) as an IDX file: 0x0000, 0x08, ndim, big-endian dims, data."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-def strokes(n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, 28, 28) uint8 "digits": a vertical and a horizontal bar at random places inside
-    rows / columns 6..21 (away from the frame, as MNIST's digits are)."""
-    images = np.zeros((n, 28, 28), dtype=np.uint8)
-    for k in range(n):
-        col, row, length = rng.integers(8, 18), rng.integers(7, 19), rng.integers(5, 12)
-        images[k, 6:22, col : col + 3] = 255
-        images[k, row : row + 3, 6 : 6 + length] = 200
-    return images
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,12 @@
 tiny MNIST IDX files written here (1,200 rows of drawn strokes; 300 copies of one blob)."""
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits as sklearn_digits
 
+from mnist_idx_files import idx, strokes  # tests/data helper: tiny IDX files
 from fedveil.config import validate
 from fedveil.data import DATASETS, DataError
 from fedveil.data.loaders.writer_digits import STYLE_RANGES, load_writer_digits_synthetic, stroke_width
@@ -21,22 +20,6 @@ SPLITS = {"train": 1000, "t10k": 200}  # pooled: 1,200 MNIST rows
 ROWS = 1200
 BLOB_ROWS = 300
 CENTRE = 13.5  # the image centre in pixel coordinates (pixel centres 0..27)
-
-
-def idx(array: np.ndarray) -> bytes:
-    """``array`` (uint8) as an IDX file: 0x0000, 0x08, ndim, big-endian dims, data."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-def strokes(n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, 28, 28) uint8 "digits": a vertical and a horizontal bar at random places."""
-    images = np.zeros((n, 28, 28), dtype=np.uint8)
-    for k in range(n):
-        col, row, length = rng.integers(8, 18), rng.integers(7, 19), rng.integers(5, 12)
-        images[k, 6:22, col : col + 3] = 255
-        images[k, row : row + 3, 6 : 6 + length] = 200
-    return images
 
 
 def blob() -> np.ndarray:
