@@ -48,3 +48,19 @@ def test_fade_adult_example_runs_on_adult_format_files(tmp_path):
     summary = run(config, tmp_path / "run", progress=False)
     for key in ("global_test_equalized_odds_gap", "global_test_demographic_parity_gap", "global_test_accuracy_group_0"):
         assert key in summary
+
+
+def test_fedfed_examples_run_phase_one_then_phase_two(tmp_path):
+    """The two FedFed examples chain as written (fewer rounds): phase 2 reads the phase-1 run
+    directory, releases every client's features once and reports the release's epsilon."""
+    from fedveil.privacy.feature_release import release_epsilon
+    from fedveil.runtime import run
+
+    examples = Path(__file__).parent.parent / "examples"
+    distill = load_config(str(examples / "fedfed_distill_digits.toml"), ["federation.rounds=2"])
+    run(distill, tmp_path / "distill", progress=False)
+    overrides = [f'algorithm.distiller="{tmp_path / "distill"}"', "federation.rounds=2"]
+    summary = run(load_config(str(examples / "fedfed_digits.toml"), overrides), tmp_path / "phase2", progress=False)
+    rigorous = release_epsilon(0.15, 0.5, 8.0, 1e-5)  # one Gaussian, sensitivity rho sqrt(64)
+    assert rigorous <= summary["epsilon"] <= 1.05 * rigorous  # the ledger's RDP bound, just above the exact value
+    assert 0.0 <= summary["global_test_accuracy"] <= 1.0

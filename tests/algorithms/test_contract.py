@@ -42,6 +42,8 @@ OWN_HARNESS = {
     "adds": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
     "feddrop": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (adds_vgg, plain params state)",
     "fedfed_distill": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (fedfed_vae, plain params state)",
+    **{f"fedfed_{base}": "tests/runtime/test_resume.py::test_every_algorithm_resumes_exactly (a distiller run; the shared "
+       "pool is a dict of tensors)" for base in ("fedavg", "fedprox", "scaffold", "fednova")},
 }
 
 

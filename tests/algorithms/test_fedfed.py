@@ -90,3 +90,104 @@ def test_the_release_is_bounded_noised_and_exact_without_noise():
     dark = ArrayDataset(torch.rand(6, 1, 8, 8) * 0.2, torch.zeros(6, dtype=torch.long))
     shared = release_features(tight, model_state(tight), dark, 0.0, torch.Generator().manual_seed(0))
     assert torch.all(shared.x.flatten(1).norm(dim=1) <= 0.1 * dark.x.flatten(1).norm(dim=1) * (1 + 1e-6))
+
+
+# ---------------------------------------------------------------------------- phase 2
+
+from fedveil.algorithms.fedfed import balanced_draw  # noqa: E402
+from fedveil.config import validate  # noqa: E402
+from fedveil.models.functional import method_call  # noqa: E402
+from fedveil.privacy.feature_release import release_epsilon  # noqa: E402
+from fedveil.seeding import torch_generator  # noqa: E402
+from tiny_runs import tiny_distiller, tiny_raw  # noqa: E402
+
+
+def phase2(distiller: str, name: str = "fedfed_fedavg", **sections):
+    return tiny_config(**merge({"algorithm": {"name": name, "distiller": distiller, "sigma": 0.5},
+                                "model": {"name": "mlp", "options": {"hidden": [8]}}}, sections))
+
+
+@pytest.fixture
+def distiller(tmp_path):
+    return tiny_distiller(tmp_path / "distill", {"latent": 4, "width": 4, "rho": 0.3})
+
+
+def test_the_draw_is_class_balanced_with_a_uniform_remainder():
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 2)
+    index = balanced_draw(labels, 23, 3, torch.Generator().manual_seed(0))
+    assert len(index) == 23
+    counts = torch.bincount(labels[index][:21], minlength=3)
+    assert counts.tolist() == [7, 7, 7]  # 23 // 3 of each class first (class 2 drawn with replacement)
+    assert len(set(index[:7].tolist())) == 7 and len(set(index[7:14].tolist())) == 7  # enough rows: no repeats
+
+
+def test_setup_releases_every_clients_rows_once_bounded_and_accounted(distiller):
+    config = phase2(distiller, algorithm={"sigma": 2.0}, privacy={"accountant": "pld"})
+    sim = Simulation.from_config(config)
+    pool = sim.fresh_state()["server"]["shared"]
+    sizes = [c.num_train for c in sim.data.clients]
+    assert len(pool["x"]) == sum(sizes)
+    model, state = sim.algorithm.distiller, sim.algorithm.distiller_state
+    lo = 0
+    for cid, client in enumerate(sim.data.clients):  # x_p = x_s + sigma n, n from the client's setup stream
+        x = client.train.x
+        _, x_s, _, _ = method_call(model, state, "split", x)
+        n = torch.randn(x.shape, generator=torch_generator(config.seed, "setup", cid))
+        torch.testing.assert_close(pool["x"][lo : lo + len(x)], x_s + 2.0 * n)
+        assert torch.equal(pool["y"][lo : lo + len(x)], client.train.y)
+        assert torch.all(x_s.flatten(1).norm(dim=1) <= 0.3 * x.flatten(1).norm(dim=1) * (1 + 1e-6))
+        lo += len(x)
+    # at privacy.level none the release is still recorded: one Gaussian of sensitivity rho sqrt(64) per client
+    expected = release_epsilon(2.0, 0.3, 8.0, config.privacy.delta)
+    spent = sim.privacy.spent()
+    assert set(spent) == set(range(len(sizes)))
+    assert all(e == pytest.approx(expected, rel=1e-3) for e in spent.values())
+
+
+def test_a_run_reports_the_release_epsilon_and_trains_on_own_plus_shared_rows(tmp_path, distiller):
+    config = phase2(distiller, client={"batch_size": 32, "epochs": 1}, federation={"rounds": 2, "clients_per_round": 5})
+    summary = run(config, tmp_path / "run", progress=False)
+    expected = release_epsilon(0.5, 0.3, 8.0, config.privacy.delta)
+    rows = rows_of(tmp_path / "run")
+    assert summary["privacy_level"] == "none" and summary["epsilon"] >= expected * (1 - 1e-6)  # rdp: a valid upper bound
+    assert all(r["epsilon"] == summary["epsilon"] for r in rows)  # one release, before round 0
+    sim = Simulation.from_config(config)
+    server = sim.fresh_state()["server"]
+    task = sim.task(0, 0)
+    data = sim.algorithm.training_rows(server, task)
+    n = task.data.num_train
+    assert len(data) == 2 * n and torch.equal(data.x[:n], task.data.train.x)
+    _, stats = task.trainer.train(server["params"], data, task.generator, 0, **sim.algorithm.request_options(task))
+    assert stats.steps == -(-n // 32)  # an epoch over the own rows
+    assert stats.examples == 2 * n  # every step as many shared rows as own
+
+
+def test_example_dp_leaves_room_for_the_release_in_the_budget(tmp_path, distiller):
+    budget = 8.0
+    config = phase2(distiller, algorithm={"sigma": 2.0}, privacy={"level": "example", "epsilon": budget, "clip": 1.0},
+                    federation={"rounds": 2, "clients_per_round": 5})
+    summary = run(config, tmp_path / "run", progress=False)
+    release = release_epsilon(2.0, 0.3, 8.0, config.privacy.delta)  # 5.41
+    assert summary["epsilon_per_client"] == pytest.approx([budget] * 5, rel=2e-3)  # DP-SGD calibrated to the rest
+    assert summary["planned_epsilon_per_client"] == pytest.approx([budget] * 5, rel=2e-3)
+    assert release < budget
+    with pytest.raises(ConfigError, match="unreachable"):  # the release alone (12.5) spends more than the budget
+        Simulation.from_config(phase2(distiller, algorithm={"sigma": 1.0},
+                                      privacy={"level": "example", "epsilon": budget, "clip": 1.0}))
+
+
+def test_bad_distillers_data_and_privacy_levels_are_refused(tmp_path, distiller):
+    with pytest.raises(ConfigError, match="not a finished fedveil run"):
+        Simulation.from_config(phase2(str(tmp_path / "missing")))
+    lenet = tmp_path / "lenet"
+    lenet.mkdir()
+    (lenet / "config.json").write_text('{"model": {"name": "lenet", "options": {}}}')
+    (lenet / "model.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="not a fedfed_vae"):
+        Simulation.from_config(phase2(str(lenet)))
+    with pytest.raises(ConfigError, match="does not fit"):
+        Simulation.from_config(phase2(distiller, data={"name": "synthetic_images", "options": {"height": 12, "width": 12}}))
+    with pytest.raises(ConfigError, match=r"\[0, 1\]"):
+        Simulation.from_config(phase2(distiller, data={"name": "synthetic_images", "options": {"height": 8, "width": 8}})).fresh_state()
+    with pytest.raises(ConfigError, match="client-level DP"):
+        Simulation.from_config(phase2(distiller, privacy={"level": "client", "noise_multiplier": 1.0}))

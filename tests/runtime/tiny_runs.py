@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,27 @@ BASE: dict[str, Any] = {
 
 WALL_CLOCK_KEYS = {"elapsed_s", "wall_time_s"}
 
+
+def tiny_distiller(where: Path, options: dict[str, Any] | None = None) -> str:
+    """A stand-in for a finished FedFed phase-1 run on BASE's 1x8x8 digits: the run-directory
+    files FedFed's phase 2 reads (``config.json``'s model, ``model.pt``), for an untrained
+    ``fedfed_vae`` (the shared features are then x minus an untrained reconstruction)."""
+    from fedveil.models import build_model
+    from fedveil.models.functional import model_state
+
+    options = {"latent": 4, "width": 4, "rho": 0.05} if options is None else options
+    where.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    torch.save(model_state(build_model("fedfed_vae", (1, 8, 8), 10, **options)), where / "model.pt")
+    (where / "config.json").write_text(json.dumps({"model": {"name": "fedfed_vae", "options": options}}))
+    return str(where)
+
+
+# one per test process (pytest-xdist workers import this module each)
+TINY_DISTILLER = tiny_distiller(Path(tempfile.gettempdir()) / f"fedveil-tiny-distiller-{os.getpid()}")
+# sigma 2 on ||x_s|| <= 0.05 * 8 (mu 0.2): epsilon ~ 1 at delta 1e-5, so DP-SGD's budget has room left
+FEDFED_PHASE2 = {"algorithm": {"distiller": TINY_DISTILLER, "sigma": 2.0}}
+
 # Algorithms that need their own model and data in registry-driven tests (everything else
 # runs BASE's model on digits): merged over a test's sections.
 ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
@@ -33,6 +56,7 @@ ALGORITHM_SETUP: dict[str, dict[str, Any]] = {
         "model": {"name": "fedfed_vae", "options": {"latent": 4, "width": 4}},
         "data": {"name": "synthetic_images", "num_clients": 5, "options": {"height": 8, "width": 8, "rows": 300}},
     },
+    **{f"fedfed_{base}": FEDFED_PHASE2 for base in ("fedavg", "fedprox", "scaffold", "fednova")},
     "feddrop": {
         "model": {"name": "adds_vgg", "options": {"channels": [], "hidden": [16, 8]}},
     },

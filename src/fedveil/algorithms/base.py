@@ -80,6 +80,16 @@ class ClientResult:
     dp_trainings: list[int] = field(default_factory=list)
 
 
+@dataclass
+class SetupResult:
+    """A client's one-off contribution before round 0 (:meth:`Algorithm.client_setup`):
+    ``contribution`` goes to the server's :meth:`Algorithm.finish_setup`; ``releases`` are the
+    noisy releases about the client's data it took, recorded in the client's privacy ledger."""
+
+    contribution: Any
+    releases: list[Release] = field(default_factory=list)
+
+
 class Algorithm:
     """Base class: FedAvg-style defaults that subclasses override piecemeal."""
 
@@ -95,6 +105,9 @@ class Algorithm:
     # Full local trainings (``trainer.train`` calls with ``task.dp``) per round; the privacy
     # plan accounts this many DP-SGD schedules per participation (Ditto: 2).
     trainings_per_round: ClassVar[int] = 1
+    # A setup phase before round 0: every client runs ``client_setup`` once and the server
+    # gathers the contributions in ``finish_setup`` (FedFed's shared features).
+    has_setup: ClassVar[bool] = False
 
     def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
         self.hp = params
@@ -106,6 +119,21 @@ class Algorithm:
     def init_client(self, client_id: int, server_state: State) -> State | None:
         """Persistent per-client state, or None for stateless clients."""
         return None
+
+    def client_setup(self, client_id: int, data: ClientData, generator: torch.Generator) -> SetupResult:
+        """Client ``client_id``'s one-off contribution before round 0 (only if ``has_setup``),
+        drawn from ``generator``, its own setup stream."""
+        raise NotImplementedError
+
+    def planned_setup_releases(self, client_id: int, num_train: int) -> list[Release]:
+        """The ``releases`` of client ``client_id``'s :meth:`client_setup`, known before the run
+        (the privacy plan leaves room for them and the ledger check expects them)."""
+        return []
+
+    def finish_setup(self, server_state: State, contributions: list[tuple[int, Any]]) -> State:
+        """The server state of round 0 given every client's setup ``contributions`` (client
+        order); default: unchanged."""
+        return server_state
 
     def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
         """The server's plan for round ``round_idx`` before any client trains (Flower's

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .. import params as P
+from ..data.arrays import ArrayDataset
 from ..errors import ConfigError
 from ..models.functional import buffer_names
 from ..training.adversarial import prefixed, unprefixed
@@ -42,7 +43,8 @@ class FedAvg(Algorithm):
         adversarial = getattr(params, "adversarial", None)
         self.adversarial = None if adversarial is None else AdversarialRequests(adversarial, ctx.trainer.model)
         own_update = (type(self).client_update is not FedAvg.client_update or type(self).grad_hook is not FedAvg.grad_hook
-                      or type(self).request_options is not FedAvg.request_options)
+                      or type(self).request_options is not FedAvg.request_options
+                      or type(self).training_rows is not FedAvg.training_rows)
         if self.adversarial is not None and own_update:
             raise ConfigError(f"algorithm.adversarial is not supported by {type(self).__name__} (FedAvg and its server optimisers only)")
         self.local_buffers = getattr(params, "buffers", "average") == "local" and bool(self.buffer_keys)
@@ -61,17 +63,21 @@ class FedAvg(Algorithm):
         FedFed's distillation); default none."""
         return {}
 
+    def training_rows(self, server_state: State, task: ClientTask) -> ArrayDataset:
+        """The rows of the local training: the client's own (FedFed appends shared features
+        after them, with ``private_rows`` in its ``request_options``)."""
+        return task.data.train
+
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = self._with_own_buffers(server_state["params"], client_state)
         hook = self.grad_hook(server_state, client_state)
+        rows = self.training_rows(server_state, task)
         if self.adversarial is None:
-            new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp,
+            new, stats = task.trainer.train(start, rows, task.generator, task.round, hook, dp=task.dp,
                                             **self.request_options(task))
         else:  # the model wrapped as clean / adversarial pairs: its state names gain "net."
             request = self.adversarial.request(task.trainer.model, TaskLoss(task.trainer.loss_fn))
-            new, stats = task.trainer.train(
-                prefixed(start), task.data.train, task.generator, task.round, dp=task.dp, **request
-            )
+            new, stats = task.trainer.train(prefixed(start), rows, task.generator, task.round, dp=task.dp, **request)
             new = unprefixed(new)
         delta = P.sub(new, start)
         if self.local_buffers:  # the statistics stay with the client: not in the message

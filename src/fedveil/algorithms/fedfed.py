@@ -1,5 +1,7 @@
-"""FedFed phase 1, feature distillation (Yang et al. NeurIPS 2023, Alg. 1; spec 003 §1.3-1.6),
-and the release of the shared performance-sensitive features.
+"""FedFed (Yang et al. NeurIPS 2023; spec 003): phase 1, feature distillation (Alg. 1,
+§1.3-1.6), the one-shot release of the shared performance-sensitive features, and phase 2,
+training on own rows plus the shared features (Alg. 2-4) as an add-on to FedAvg, FedProx,
+SCAFFOLD and FedNova.
 
 ``fedfed_distill`` is FedAvg on the feature distiller (model ``fedfed_vae``: a beta-VAE
 generator q and a classifier f) with the loss of the official code's VAE step (the paper
@@ -17,10 +19,24 @@ n`` with z = mu (no reparameterisation noise), accounted per record by
 :func:`~fedveil.privacy.feature_release.feature_releases`. Example- and client-level DP are refused
 for phase 1: as in the paper, the generator trains on raw data, so the release's guarantee holds
 given the generator, not for its training (``docs/fedfed.md``).
+
+Phase 2 (``fedfed_fedavg``, ``fedfed_fedprox``, ``fedfed_scaffold``, ``fedfed_fednova``) is
+the base algorithm with a setup phase (:class:`SharedFeatures`): before round 0 every client
+releases its rows' features with the phase-1 run's generator (``distiller``), recorded in its
+privacy ledger even at ``privacy.level = "none"``; the server pools them. Each round a
+client trains on its own rows followed by a class-balanced draw of as many pooled rows
+(the official code's draw, spec 003 §1.7; ``private_rows``: steps are epochs over the own
+rows, shared rows join each batch in proportion, DP-SGD accounts only the own rows). The
+labels of the shared rows travel in the clear, as in the paper: the guarantee covers the
+features, not the labels. FedNova is the canonical update (``fednova.py``), not Alg. 4's
+printed sign.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,13 +44,20 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..data.arrays import ArrayDataset
+from ..data.federated import ClientData
 from ..errors import ConfigError
+from ..models import build_model
 from ..models.fedfed import NOISE, VAE_EPS
 from ..models.functional import forward, method_call
 from ..params import Params
+from ..privacy.events import Release
+from ..privacy.feature_release import feature_releases
 from ..training.request import Batch, LossFn, Objective
-from .base import ALGORITHMS, ClientTask, RunContext
+from .base import ALGORITHMS, AlgorithmParams, ClientTask, RunContext, SetupResult, State
 from .fedavg import FedAvg, FedAvgParams
+from .fednova import FedNova
+from .fedprox import FedProx, FedProxParams
+from .scaffold import Scaffold, ScaffoldParams
 
 
 class DistillationParams(FedAvgParams):
@@ -111,3 +134,134 @@ def release_features(model: torch.nn.Module, state: Params, data: ArrayDataset, 
         _, x_s, _, _ = method_call(model, state, "split", data.x)
         noise = torch.randn(x_s.shape, generator=generator, device=generator.device).to(x_s.device)
     return ArrayDataset(x_s + sigma * noise, data.y, dict(data.groups), dict(data.info))
+
+
+# ---------------------------------------------------------------------------- phase 2
+
+
+class SharedFeatureParams(AlgorithmParams):
+    distiller: str = Field(
+        ..., description="directory of the finished phase-1 run (algorithm fedfed_distill) whose generator splits the features"
+    )
+    sigma: float = Field(0.15, gt=0.0, description="std of the Gaussian noise on every released feature (sigma_s)")
+
+
+def load_distiller(run_dir: str, ctx: RunContext) -> tuple[torch.nn.Module, Params]:
+    """The phase-1 run's feature distiller (its ``config.json`` model, ``model.pt`` state) on
+    the run's device; a clear error when it is not a finished ``fedfed_vae`` run for this data."""
+    path = Path(run_dir)
+    config_file, model_file = path / "config.json", path / "model.pt"  # fedveil.runtime.run_dir's layout
+    if not config_file.is_file() or not model_file.is_file():
+        raise ConfigError(f"algorithm.distiller: '{run_dir}' is not a finished fedveil run (needs config.json and model.pt)")
+    model_config = json.loads(config_file.read_text())["model"]
+    if model_config["name"] != "fedfed_vae":
+        raise ConfigError(f"algorithm.distiller: '{run_dir}' trained model '{model_config['name']}', not a fedfed_vae distiller")
+    try:
+        model = build_model("fedfed_vae", ctx.input_shape, ctx.num_classes, **model_config.get("options", {}))
+        state = torch.load(model_file, map_location=ctx.device, weights_only=True)
+        model.to(ctx.device).load_state_dict(state)
+    except (ValueError, RuntimeError) as err:
+        raise ConfigError(f"algorithm.distiller: '{run_dir}' does not fit this run's data: {err}") from None
+    return model, state
+
+
+def balanced_draw(labels: torch.Tensor, n: int, num_classes: int, generator: torch.Generator) -> torch.Tensor:
+    """Indices of ``n`` pooled rows: ``n // C`` of every class present (without replacement
+    while the class has enough rows), the rest uniformly from the whole pool (spec 003 §1.7)."""
+    on = generator.device
+    y = labels.to(on)
+    picks = []
+    for c in range(num_classes):
+        rows = (y == c).nonzero().flatten()
+        if len(rows) == 0:
+            continue
+        per = n // num_classes
+        if per <= len(rows):
+            picks.append(rows[torch.randperm(len(rows), generator=generator, device=on)[:per]])
+        else:
+            picks.append(rows[torch.randint(len(rows), (per,), generator=generator, device=on)])
+    taken = sum(len(p) for p in picks)
+    picks.append(torch.randint(len(y), (n - taken,), generator=generator, device=on))
+    return torch.cat(picks).to(labels.device)
+
+
+class SharedFeatures:
+    """FedFed's phase 2 on top of a FedAvg-family algorithm (module docstring): the setup
+    releases and pools every client's features; each round adds a class-balanced draw of
+    the pool after the client's own rows."""
+
+    has_setup = True
+    supports_client_dp = False  # the shared features are per-record releases, not a client-level quantity
+
+    def __init__(self, params: SharedFeatureParams, ctx: RunContext) -> None:
+        super().__init__(params, ctx)
+        if ctx.task != "classification":
+            raise ConfigError("FedFed shares features with their labels: it needs a classification data set")
+        self.distiller, self.distiller_state = load_distiller(params.distiller, ctx)
+        self.max_norm = math.sqrt(math.prod(ctx.input_shape))  # ||x|| <= sqrt(d) for pixels in [0, 1]
+
+    def planned_setup_releases(self, client_id: int, num_train: int) -> list[Release]:
+        return feature_releases(self.hp.sigma, self.distiller.rho, self.max_norm)
+
+    def client_setup(self, client_id: int, data: ClientData, generator: torch.Generator) -> SetupResult:
+        x = data.train.x
+        if float(x.min()) < 0.0 or float(x.max()) > 1.0:
+            raise ConfigError(
+                f"FedFed: client {client_id}'s inputs lie in [{float(x.min()):.3g}, {float(x.max()):.3g}]; the release's "
+                "bound ||x|| <= sqrt(d) needs pixels in [0, 1] (use unnormalised images)"
+            )
+        shared = release_features(self.distiller, self.distiller_state, data.train, self.hp.sigma, generator)
+        return SetupResult({"x": shared.x, "y": shared.y}, self.planned_setup_releases(client_id, len(data.train)))
+
+    def finish_setup(self, server_state: State, contributions: list[tuple[int, Any]]) -> State:
+        pool = {key: torch.cat([c[key] for _, c in contributions]) for key in ("x", "y")}
+        return {**server_state, "shared": pool}
+
+    def training_rows(self, server_state: State, task: ClientTask) -> ArrayDataset:
+        own = task.data.train
+        pool = server_state["shared"]
+        index = balanced_draw(pool["y"], len(own), self.ctx.num_classes, task.generator)
+        return ArrayDataset.concat([own, ArrayDataset(pool["x"][index], pool["y"][index])])
+
+    def request_options(self, task: ClientTask) -> dict[str, Any]:
+        return {**super().request_options(task), "private_rows": task.data.num_train}
+
+
+class FedFedParams(SharedFeatureParams, FedAvgParams):
+    """The shared-feature settings and the base algorithm's."""
+
+
+class FedFedProxParams(SharedFeatureParams, FedProxParams):
+    """The shared-feature settings and the base algorithm's."""
+
+
+class FedFedScaffoldParams(SharedFeatureParams, ScaffoldParams):
+    """The shared-feature settings and the base algorithm's."""
+
+
+@ALGORITHMS.register("fedfed_fedavg", "FedFed phase 2 on FedAvg: own rows + the shared noisy features (Alg. 2)")
+class FedFedAvg(SharedFeatures, FedAvg):
+    """FedAvg on own rows plus the shared features (Alg. 2, Eq. 10)."""
+
+    Params = FedFedParams
+
+
+@ALGORITHMS.register("fedfed_fedprox", "FedFed phase 2 on FedProx (Alg. 2 with Eq. 11)")
+class FedFedProx(SharedFeatures, FedProx):
+    """FedProx on own rows plus the shared features (Alg. 2 with Eq. 11)."""
+
+    Params = FedFedProxParams
+
+
+@ALGORITHMS.register("fedfed_scaffold", "FedFed phase 2 on SCAFFOLD (Alg. 3)")
+class FedFedScaffold(SharedFeatures, Scaffold):
+    """SCAFFOLD (option II) on own rows plus the shared features (Alg. 3)."""
+
+    Params = FedFedScaffoldParams
+
+
+@ALGORITHMS.register("fedfed_fednova", "FedFed phase 2 on FedNova (Alg. 4, the canonical update)")
+class FedFedNova(SharedFeatures, FedNova):
+    """FedNova's normalised averaging on own rows plus the shared features (Alg. 4, canonical sign)."""
+
+    Params = FedFedParams

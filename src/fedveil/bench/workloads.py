@@ -58,6 +58,10 @@ WORKLOADS: dict[str, Workload] = {
         # unit masks; clients train one by one (input hook); no DP variant (ADDS refuses DP-SGD)
         Workload("adds", "adds_vgg", (1, 28, 28), {"width": 0.25}, algorithm={"name": "adds"}, fedveil_only=True,
                  dp=False),
+        # FedFed's distillation round (phase 1): the beta-VAE generator and its classifier, with the
+        # reparameterisation and noise draws as an input hook (client by client); no DP (refused, as the
+        # paper). Phase 2's round is the base algorithm's on twice the rows.
+        Workload("fedfed", "fedfed_vae", (1, 28, 28), algorithm={"name": "fedfed_distill"}, fedveil_only=True, dp=False),
         # for tests: a seconds-long run of every system
         Workload("tiny", "mlp", (1, 6, 6), {"hidden": [16]}, num_classes=4, steps=2, batch=4),
     )

@@ -18,3 +18,4 @@ from . import splitmix_variants  # noqa: F401
 from . import adds_tables  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]
+from . import fedfed_tables  # noqa: F401

@@ -39,8 +39,9 @@ def clip_to_fraction(x_s: torch.Tensor, x: torch.Tensor, rho: float) -> torch.Te
 
 
 class FeatureDistiller(nn.Module):
-    """Encoder (2 strided convs) -> mu, logvar -> decoder (2 transposed convs, sigmoid) and a
-    classifier (2 conv-pool stages, global average, linear); see the module docstring."""
+    """Encoder (2 strided convs of ``width``, ``2 width`` channels) -> mu, logvar -> decoder (2
+    transposed convs, sigmoid) and a classifier (2 conv-pool stages of ``2 width``, ``4 width``
+    channels, global average, linear); see the module docstring."""
 
     takes_groups = True
 
@@ -61,9 +62,9 @@ class FeatureDistiller(nn.Module):
             nn.ConvTranspose2d(width, channels, 4, 2, 1), nn.Sigmoid(),
         )
         self.classifier = nn.Sequential(
-            nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes),
+            nn.Conv2d(channels, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes),
         )
 
     def split(self, x: torch.Tensor, vae_eps: torch.Tensor | None = None):

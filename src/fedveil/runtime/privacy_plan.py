@@ -75,6 +75,7 @@ class RunPrivacy:
     population_sampling: str = "poisson"
     planned_epsilon: float = 0.0
     extras: dict[int, dict[int, list[Release]]] = field(default_factory=dict)  # client -> round -> other releases
+    setup: dict[int, list[Release]] = field(default_factory=dict)  # client -> releases of the setup phase
     check: LedgerCheck | None = None
 
     # ------------------------------------------------------------------ plan
@@ -84,22 +85,38 @@ class RunPrivacy:
         algorithm: Algorithm, schedule: list[np.ndarray], fed_sampling: str, clients_per_round: int,
         weighted_sampling: bool = False,
     ) -> "RunPrivacy | None":
-        """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable."""
-        if cfg.level == "none":
+        """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable.
+        At level "none" there is a plan only when the algorithm's setup releases data (FedFed's
+        shared features): its ledger records and reports them, with no DP-SGD."""
+        setup = {}
+        if algorithm.has_setup:
+            setup = {cid: algorithm.planned_setup_releases(cid, c.num_train) for cid, c in enumerate(data.clients)}
+            setup = {cid: releases for cid, releases in setup.items() if releases}
+        if cfg.level == "none" and not setup:
             return None
         shape = cfg.noise_schedule.shape(len(schedule))
         if cfg.noise_schedule.name != "constant":
             shape = quantise_shape(shape, SCHEDULE_LEVELS)
-        run = cls(cfg, PrivacyLedger(cfg.accountant), data.num_clients, shape / shape.min())
+        run = cls(cfg, PrivacyLedger(cfg.accountant), data.num_clients, shape / shape.min(), setup=setup)
+        if cfg.level == "client" and setup:
+            raise ConfigError(
+                f"privacy.level: {type(algorithm).__name__} releases features of each client's records in its setup, "
+                "which client-level DP does not account; use privacy.level = \"example\" or \"none\""
+            )
         if cfg.level == "example":
             run._plan_example_level(data, trainer, model, algorithm, schedule)
-        else:
+        elif cfg.level == "client":
             run._plan_client_level(
                 algorithm, len(schedule), fed_sampling, clients_per_round, data.num_clients, weighted_sampling
             )
         run._check_person_level()
         run.check = LedgerCheck(run.ledger, cfg.delta, run._describe)
+        run._expect_setup()
         return run
+
+    def _expect_setup(self) -> None:
+        for cid, releases in self.setup.items():
+            self.check.expect(cid, releases)
 
     def _check_person_level(self) -> None:
         k = self.config.records_per_person
@@ -145,6 +162,7 @@ class RunPrivacy:
             budget = cfg.client_epsilons[cid] if cfg.client_epsilons is not None else cfg.epsilon
             self.extras[cid] = algorithm.planned_releases(cid, n, budget, rounds_of[cid])
             extras = [release for releases in self.extras[cid].values() for release in releases]
+            extras += self.setup.get(cid, [])
             z, planned = self._noise_for(
                 budget, batch / n, steps_round_accounted, rounds_of[cid], n, f"client {cid}", extras
             )
@@ -200,8 +218,11 @@ class RunPrivacy:
         cfg = self.config
         args = {**self._sampling_args(population), "accountant": cfg.accountant}
         steps = steps_per_round * len(rounds)
-        if steps == 0:
-            return cfg.noise_multiplier or 1.0, 0.0
+        if steps == 0:  # a client never sampled: only its extra releases, if any
+            planned = self.ledger.epsilon_of(extras or [], cfg.delta)
+            if budget is not None and planned > budget * (1 + 1e-9):
+                raise ConfigError(f"privacy: {who}'s other releases alone spend epsilon={planned:.4g} > budget {budget:.4g}")
+            return cfg.noise_multiplier or 1.0, planned
         try:
             if extras:
                 return self._noise_with_extras(budget, rate, steps, population, who, extras, args)
@@ -292,6 +313,8 @@ class RunPrivacy:
 
     def planned_round(self, round_idx: int, cohort: list[int]) -> dict[Any, list[Release]]:
         """The releases the plan calibrated for round ``round_idx``, per subject."""
+        if self.config.level == "none":  # only the setup's releases, expected before round 0
+            return {}
         if self.config.level == "client":
             z = self.population_noise * float(self.shape[round_idx])
             args = self._sampling_args(self.num_clients)
@@ -326,7 +349,7 @@ class RunPrivacy:
         example level with few clients, ``epsilon_per_client``."""
         spent = self.spent()
         row: dict[str, Any] = {"epsilon": max(spent.values(), default=0.0)}
-        if self.config.level == "example" and self.num_clients <= PER_CLIENT_METRICS_LIMIT:
+        if self.config.level != "client" and self.num_clients <= PER_CLIENT_METRICS_LIMIT:
             row["epsilon_per_client"] = [spent.get(c, 0.0) for c in range(self.num_clients)]
         return row
 
@@ -338,11 +361,14 @@ class RunPrivacy:
             "epsilon": max(spent.values(), default=0.0),
             "secure_rng": self.config.secure_rng,
         }
-        if self.config.level == "example":
+        if self.config.level != "client":
             out["epsilon_per_client"] = [spent.get(c, 0.0) for c in range(self.num_clients)]
+        if self.setup:
+            out["setup_releases"] = sorted({r.label or "setup" for releases in self.setup.values() for r in releases})
+        if self.config.level == "example":
             out["noise_multiplier_per_client"] = [self.clients[c].noise_multiplier for c in range(self.num_clients)]
             out["planned_epsilon_per_client"] = [self.clients[c].planned_epsilon for c in range(self.num_clients)]
-        else:
+        elif self.config.level == "client":
             assert self.server is not None
             out["noise_multiplier"] = self.population_noise
             out["planned_epsilon"] = self.planned_epsilon
@@ -364,7 +390,7 @@ class RunPrivacy:
             return {}
         per_subject = {s: person_epsilon(self.ledger, s, k, self.config.delta) for s in self.ledger.subjects}
         out: dict[str, Any] = {"records_per_person": k, "person_epsilon": max(per_subject.values(), default=0.0)}
-        if self.config.level == "example":
+        if self.config.level != "client":
             out["person_epsilon_per_client"] = [per_subject.get(c, 0.0) for c in range(self.num_clients)]
         return out
 
@@ -378,6 +404,7 @@ class RunPrivacy:
         if self.server is not None:
             self.server.load_state_dict(state["server"])
         self.check = LedgerCheck(self.ledger, self.config.delta, self._describe)
+        self._expect_setup()
         for r in range(rounds_done):
             self._expect_round(r, [int(c) for c in schedule[r]])
         self.check.check()

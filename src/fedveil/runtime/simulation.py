@@ -142,7 +142,26 @@ class Simulation:
     def fresh_state(self, clients: ClientStateStore | None = None) -> dict[str, Any]:
         """Round-0 state; client states go to ``clients`` (default: an empty in-memory store)."""
         clients = MemoryClientStore() if clients is None else clients
-        return {"round": 0, "server": self.algorithm.init_server(self.init), "clients": clients, "elapsed_s": 0.0}
+        server = self.algorithm.init_server(self.init)
+        if self.algorithm.has_setup:
+            server = self.setup(server)
+        return {"round": 0, "server": server, "clients": clients, "elapsed_s": 0.0}
+
+    def setup(self, server: dict[str, Any]) -> dict[str, Any]:
+        """The algorithm's setup phase: every client's ``client_setup`` (from its own "setup"
+        stream), its releases recorded in its ledger and checked against the plan, then the
+        server's ``finish_setup``. Runs once per run: a resumed run restores its result."""
+        contributions = []
+        for cid, client in enumerate(self.data.clients):
+            result = self.algorithm.client_setup(cid, client, torch_generator(self.config.seed, "setup", cid))
+            if result.releases:
+                if self.privacy is None:
+                    raise RuntimeError(f"{type(self.algorithm).__name__} released data in its setup without a privacy plan")
+                self.privacy.record_releases(cid, result.releases)
+            contributions.append((cid, result.contribution))
+        if self.privacy is not None:
+            self.privacy.check.check()
+        return self.algorithm.finish_setup(server, contributions)
 
     def client_state(self, state: dict[str, Any], cid: int):
         stored = state["clients"].get(cid)

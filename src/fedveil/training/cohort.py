@@ -175,7 +175,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         if r.dp is not None:
             r.dp.begin_training()
     iters = [trainer.step_rows(r) for r in requests]
-    steps = [trainer.num_steps(r.num_private if r.dp is not None else len(r.data), r.dp) for r in requests]
+    steps = [trainer.num_steps(r.num_private, r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
     w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
     buffers = {n: v.detach().clone() for n, v in stack_params([r.params for r in requests], buffer_names(model)).items()}

@@ -230,27 +230,27 @@ class LocalTrainer:
     def step_rows(self, request: TrainRequest) -> Iterator[tuple[torch.Tensor, int]]:
         """Each step's row indices and how many of them (the first ones) are private.
 
-        Without DP every row is treated alike. Under DP-SGD the private rows
-        ``[0, num_private)`` are sampled by the DP sampler (and only they are accounted);
-        public rows are added by plain shuffled batches from the client's generator, in
-        the same proportion: ``round(B_k * n_public / n_private)`` rows a step (at least 1).
+        Steps are counted over the private rows ``[0, num_private)`` (all rows unless
+        ``private_rows`` is set): shuffled epochs without DP, the DP sampler's batches under
+        DP-SGD (only they are accounted). Public rows join each step by plain shuffled
+        batches from the client's generator, in the same proportion:
+        ``round(B * n_public / n_private)`` rows a step (at least 1).
         """
-        dp, n, device = request.dp, len(request.data), request.data.x.device
-        if dp is None:
-            for idx in self.batch_indices(n, request.generator, device):
-                yield idx, len(idx)
-            return
+        dp, device = request.dp, request.data.x.device
         n_private = request.num_private
-        private = dp.batches(n_private, self.num_steps(n_private, dp), request.generator, device)
+        if dp is None:
+            private = self.batch_indices(n_private, request.generator, device)
+            batch = self._batch(n_private)
+        else:
+            private = dp.batches(n_private, self.num_steps(n_private, dp), request.generator, device)
+            batch = dp.batch_size
         if not request.num_public:
             for idx in private:
                 yield idx, len(idx)
             return
-        public_batch = public_batch_size(dp.batch_size, n_private, request.num_public)
-        public = _shuffled(request.num_public, public_batch, request.generator, device)
+        public = _shuffled(request.num_public, public_batch_size(batch, n_private, request.num_public), request.generator, device)
         for idx in private:
             yield torch.cat([idx, next(public) + n_private]), len(idx)
-
 
 
 def public_batch_size(private_batch: int, n_private: int, n_public: int) -> int:

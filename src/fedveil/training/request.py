@@ -9,8 +9,10 @@ the loop (DESIGN idea 7). The serial trainer and its stacked twin read the same 
   a sensitive attribute or row weights), possibly several losses combined;
 * ``param_mask``: 0/1 tensors (broadcastable to the parameter) of the coordinates that may
   move; masked coordinates get no update and, under DP-SGD, no noise;
-* ``private_rows``: only the first ``private_rows`` rows of the data are private (e.g. own
-  rows followed by a public pool); DP-SGD samples, clips, counts and accounts only those;
+* ``private_rows``: only the first ``private_rows`` rows of the data are the client's own
+  (e.g. own rows followed by a public or shared pool): local steps are counted over them,
+  the other rows join each batch in proportion, and DP-SGD samples, clips, counts and
+  accounts only the own rows;
 * ``input_fn``: ``(state, batch, generator) -> batch`` applied to each step's batch with
   the current model state before the forward, e.g. PGD adversarial pairs; it must map each
   row on its own (row i of the result depends on row i and the state only), so per-example
