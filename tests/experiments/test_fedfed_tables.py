@@ -75,3 +75,14 @@ def test_a_tiny_study_end_to_end(tmp_path, mnist_data_root):
     exact = ft.release_epsilon(0.5, 0.5, 28.0, 1e-5)
     assert exact <= payload["extra"]["sweep_ledger_epsilon"]["0.5"][0] <= 1.05 * exact
     assert "FedAvg: best accuracy" in md.read_text()
+
+
+def test_the_cifar_stand_in_has_unit_pixels_and_table_1s_numbers():
+    study = ft.cifar_study(quick=True)
+    config = validate(ft.train_config(study, "alpha=0.1", 0, "fedavg", None))
+    from fedveil.runtime.dataset import build_dataset
+
+    data = build_dataset(config.data, 0)
+    x = torch.cat([c.train.x for c in data.clients])
+    assert data.input_shape == (3, 32, 32) and float(x.min()) == 0.0 and float(x.max()) == 1.0
+    assert study.paper[0]["alpha=0.1"]["fedavg"] == (92.34, 79.35)

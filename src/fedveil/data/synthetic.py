@@ -323,13 +323,16 @@ def load_multidomain_synthetic(
     domain_shift: float = 1.0,
     intra_class: float = 1.0,
     noise: float = 0.2,
+    pixels: str = "raw",
 ) -> DataSource:
     """Procedural stand-in for Office-31 / DomainNet (FADE §5.2, Split-Mix feature non-IID):
     class c has a smooth random prototype image; a sample is prototype + ``intra_class`` x a
     finer smooth random field, then its domain's affine + colour transform, then Gaussian
     pixel noise of std ``noise``. Each domain holds ``samples_per_class`` rows per class,
-    ordered domain by domain; ``groups["domain"]`` is the domain id.
+    ordered domain by domain; ``groups["domain"]`` is the domain id. ``pixels = "unit"``
+    min-max rescales every image to [0, 1], like a photo's pixels (FedFed's bound needs it).
     """
+    require(pixels in ("raw", "unit"), f"pixels must be 'raw' or 'unit', got {pixels!r}")
     require(num_classes >= 2, f"num_classes must be >= 2, got {num_classes}")
     require(num_domains >= 1 and samples_per_class >= 1, "num_domains and samples_per_class must be >= 1")
     require(image_size >= 8 and channels >= 1, f"need image_size >= 8 and channels >= 1, got {image_size}, {channels}")
@@ -342,7 +345,8 @@ def load_multidomain_synthetic(
     for _ in range(num_domains):
         clean = prototypes[labels] + intra_class * smooth_fields(len(labels), channels, image_size, 8, rng)
         shifted = domain_transform(clean, domain_shift, rng)
-        xs.append(shifted + noise * torch.from_numpy(rng.standard_normal(shifted.shape)).float())
+        noisy = shifted + noise * torch.from_numpy(rng.standard_normal(shifted.shape)).float()
+        xs.append(minmax_per_image(noisy) if pixels == "unit" else noisy)
     info = {
         "classes": [f"class_{c}" for c in range(num_classes)],
         "domain_names": [f"domain_{d}" for d in range(num_domains)],

@@ -8,6 +8,10 @@ distils the features (``fedfed_distill``, T_d rounds) once; every base then trai
 (``fedfed_<base>``) and without it. A sweep over the release's noise sigma (FedAvg, alpha 0.1)
 gives accuracy against sigma and against the rigorous epsilon.
 
+``fedfed_cifar``: FedAvg with and without FedFed under Dirichlet alpha = 0.1 on a SYNTHETIC
+32x32x3 stand-in for CIFAR-10 (``multidomain_synthetic``, one domain, 10 classes, pixels
+rescaled to [0, 1]; no CIFAR-10 download here), next to Table 1's CIFAR-10 row.
+
 Reported per run: the best pooled test accuracy over rounds (the paper's "best top-1"), the
 rounds to reach the target (the floor, in whole percent, of plain FedAvg's best accuracy in
 the same seed and partition) and the speed-up over plain FedAvg; the release's epsilon
@@ -37,7 +41,9 @@ PARTITIONS: dict[str, dict[str, Any]] = {
     "#C=2": {"name": "shards", "classes_per_client": 2},
 }
 # Table 2 (FMNIST, K = 10, E = 1; the closest grey-scale set) "with (without)" FedFed, and
-# Table 5 (#C = 2, CIFAR-10; no FMNIST row), best top-1 accuracy in %
+# Table 5 (#C = 2, CIFAR-10; no FMNIST row), best top-1 accuracy in %; Table 1 for CIFAR-10
+PAPER_CIFAR = {"alpha=0.1": {"fedavg": (92.34, 79.35)}}
+PAPER_CIFAR_SPEEDUP = {"alpha=0.1": {"fedavg": 7.3}}
 PAPER = {
     "alpha=0.1": {"fedavg": (92.34, 86.73), "fedprox": (92.09, 87.73), "scaffold": (91.62, 86.31), "fednova": (92.39, 87.03)},
     "alpha=0.05": {"fedavg": (90.69, 78.34), "fedprox": (89.68, 82.03), "scaffold": (80.48, 76.63), "fednova": (89.72, 79.98)},
@@ -69,6 +75,12 @@ class FedFedStudy:
     distill_client: dict[str, Any] = field(default_factory=lambda: {
         "epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9})
     mu: float = 0.1  # FedProx (the official code's)
+    table: str = "digits"  # "digits" (Tables 2, 5) or "cifar" (Table 1, the 32x32 stand-in)
+
+    @property
+    def paper(self) -> tuple[dict, dict]:
+        """The paper's accuracies and speed-ups this study is compared with."""
+        return (PAPER, PAPER_SPEEDUP) if self.table == "digits" else (PAPER_CIFAR, PAPER_CIFAR_SPEEDUP)
 
 
 def digits_study(ctx: ExperimentContext, quick: bool) -> FedFedStudy:
@@ -78,6 +90,17 @@ def digits_study(ctx: ExperimentContext, quick: bool) -> FedFedStudy:
                            seeds=[0], rounds=3, distill_rounds=2, sigmas=[0.15, 1.5],
                            distiller={"latent": 16, "width": 8})
     return FedFedStudy(data=data, bases_of={"#C=2": ["fedavg"]})
+
+
+def cifar_study(quick: bool) -> FedFedStudy:
+    """FedAvg with / without FedFed on the 32x32 stand-in (the splitmix_cifar images in [0, 1])."""
+    data = {"name": "multidomain_synthetic", "num_clients": 10, "test_fraction": 0.2, "options": {
+        "num_classes": 10, "num_domains": 1, "samples_per_class": 60 if quick else 400, "image_size": 32,
+        "intra_class": 4.0, "noise": 2.0, "seed": 0, "pixels": "unit"}}
+    study = FedFedStudy(data=data, partitions=["alpha=0.1"], bases=["fedavg"], sigmas=[0.15], table="cifar")
+    if quick:
+        study.seeds, study.rounds, study.distill_rounds, study.distiller = [0], 3, 2, {"latent": 16, "width": 8}
+    return study
 
 
 def bases_in(study: FedFedStudy, partition: str) -> list[str]:
@@ -152,7 +175,7 @@ def run_study(ctx: ExperimentContext, study: FedFedStudy, progress: bool = True)
         validate(config)  # every config is checked before the first run starts
     results: Results = {}
     epsilons: dict[float, list[float]] = {}
-    for key, config, out in tqdm(jobs, desc="fedfed_digits", unit="run", disable=not progress, dynamic_ncols=True):
+    for key, config, out in tqdm(jobs, desc=f"fedfed_{study.table}", unit="run", disable=not progress, dynamic_ncols=True):
         run_once(config, out)
         if key is None:
             continue
@@ -197,7 +220,7 @@ def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
         for base in bases_in(study, partition):
             best = {m: [100 * max(c) for c in results[(partition, base, m)]] for m in ("with", "without")}
             rounds = {m: [rounds_to(c, t) for c, t in zip(results[(partition, base, m)], targets)] for m in best}
-            paper = PAPER.get(partition, {}).get(base)
+            paper = study.paper[0].get(partition, {}).get(base)
             diff, se = st.difference(best["without"], best["with"])
             rows.append(ResultRow(
                 partition, f"{LABELS[base]}: best accuracy % with (without) FedFed",
@@ -206,7 +229,7 @@ def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
                 f"gain {diff:+.2f}: " + st.lower_verdict(diff, se).replace("holds", "FedFed higher", 1),
             ))
             ups = {m: speedup(base_rounds, rounds[m]) for m in rounds}
-            paper_up = PAPER_SPEEDUP.get(partition, {}).get(base)
+            paper_up = study.paper[1].get(partition, {}).get(base)
             rows.append(ResultRow(
                 partition, f"{LABELS[base]}: rounds to {st.mean(targets) * 100:.0f}% with (without); speed-up",
                 f"{_rounds_cell(rounds['with'])} ({_rounds_cell(rounds['without'])}); "
@@ -246,9 +269,16 @@ def communication_row(study: FedFedStudy, rows_per_client: float, model_floats: 
 
 
 def scale_notes(study: FedFedStudy, quick: bool) -> list[str]:
+    if study.table == "digits":
+        data = ("data: the 10,000-image MNIST subset (80% train over 10 clients, 20% pooled test), not FMNIST / CIFAR-10; "
+                "the paper's numbers are FMNIST's (Table 2) for the Dirichlet rows and CIFAR-10's (Table 5) for #C=2")
+    else:
+        o = study.data["options"]
+        data = (f"data: SYNTHETIC stand-in for CIFAR-10 (multidomain_synthetic, one domain, 10 classes, "
+                f"{o['samples_per_class']} images per class at 32x32x3, each rescaled to [0, 1]) instead of CIFAR-10's "
+                "50,000 images (no download here); the paper's numbers are CIFAR-10's (Table 1)")
     notes = [
-        "data: the 10,000-image MNIST subset (80% train over 10 clients, 20% pooled test), not FMNIST / CIFAR-10; "
-        "the paper's numbers are FMNIST's (Table 2) for the Dirichlet rows and CIFAR-10's (Table 5) for #C=2",
+        data,
         f"{study.rounds} training rounds (the paper: 1,000) and {study.distill_rounds} distillation rounds (as the paper), "
         f"LeNet (width {study.model.get('options', {}).get('width', 1)}) instead of ResNet-18, seeds {study.seeds}; "
         "'best' is the best pooled accuracy over the rounds; "
@@ -261,7 +291,7 @@ def scale_notes(study: FedFedStudy, quick: bool) -> list[str]:
         "itself trains on raw data and the labels are shared in the clear (as in the paper), which no epsilon here covers",
     ]
     if quick:
-        notes.append("quick mode: 10% of the rows for training, 3 rounds, one seed; not comparable")
+        notes.append("quick mode: a fraction of the rows, 3 rounds, one seed; not comparable")
     return notes
 
 
@@ -277,7 +307,8 @@ def plot(study: FedFedStudy, results: Results, epsilons: dict[float, list[float]
         for mode, style in (("with", "-"), ("without", "--")):
             mean = [st.mean(v) for v in zip(*results[(partition, base, mode)])]
             curves.plot(range(1, len(mean) + 1), mean, style, label=f"{LABELS[base]} {mode} FedFed")
-    curves.set(xlabel="round", ylabel="pooled test accuracy", title=f"MNIST-10k, {partition}")
+    name = "MNIST-10k" if study.table == "digits" else "32x32 stand-in"
+    curves.set(xlabel="round", ylabel="pooled test accuracy", title=f"{name}, {partition}")
     curves.legend(fontsize=7)
     acc = [st.mean([max(c) for c in results[(partition, "sweep", f"{s:g}")]]) for s in study.sigmas]
     eps = [release_epsilon(s, study.rho, math.sqrt(d), DELTA) for s in study.sigmas]
@@ -307,7 +338,8 @@ def run_experiment(ctx: ExperimentContext, study: FedFedStudy, progress: bool = 
     plot(study, results, epsilons, d, ctx.out_dir / figures[0])
     return ExperimentReport(
         title="FedFed: each base algorithm with and without shared noisy features (Tables 1-2, 5 protocol)",
-        source="Yang et al. NeurIPS 2023 §4.2, Tables 2 and 5, Lemma D.2, Eq. 17 (spec 003 §2-3)",
+        source=f"Yang et al. NeurIPS 2023 §4.2, {'Tables 2 and 5' if study.table == 'digits' else 'Table 1'}, Lemma D.2, "
+               "Eq. 17 (spec 003 §2-3)",
         rows=rows,
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study),
@@ -320,3 +352,8 @@ def run_experiment(ctx: ExperimentContext, study: FedFedStudy, progress: bool = 
 @EXPERIMENTS.register("fedfed_digits", "FedFed on FedAvg / FedProx / SCAFFOLD / FedNova, MNIST-10k non-IID (Tables 2, 5)")
 def fedfed_digits(ctx: ExperimentContext) -> ExperimentReport:
     return run_experiment(ctx, digits_study(ctx, ctx.quick))
+
+
+@EXPERIMENTS.register("fedfed_cifar", "FedFed on FedAvg, Dirichlet 0.1, SYNTHETIC 32x32 CIFAR-10 stand-in (Table 1)")
+def fedfed_cifar(ctx: ExperimentContext) -> ExperimentReport:
+    return run_experiment(ctx, cifar_study(ctx.quick))
