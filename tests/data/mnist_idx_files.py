@@ -1,4 +1,4 @@
-"""Tiny MNIST files in the real IDX format, for the digit loaders' tests (no ../shared data)."""
+"""Tiny MNIST files in the real IDX format, for the loaders' and reproductions' tests (no ../shared data)."""
 from __future__ import annotations
 
 import struct
@@ -6,9 +6,9 @@ import struct
 import numpy as np
 
 
-def idx(array: np.ndarray) -> bytes:
-    """``array`` (uint8) as an IDX file: 0x0000, 0x08, ndim, big-endian dims, data."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+def idx(array: np.ndarray, magic_type: int = 0x08) -> bytes:
+    """``array`` (uint8) as an IDX file: 0x0000, the type byte (0x08: ubyte), ndim, big-endian dims, data."""
+    header = bytes([0, 0, magic_type, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
     return header + array.astype(np.uint8).tobytes()
 
 

@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import os
 import pickle
-import struct
 import tarfile
 
 import numpy as np
@@ -18,14 +17,9 @@ from fedveil.data.loaders import cifar, mnist
 from fedveil.data.loaders.cifar import load_cifar10, load_cifar100
 from fedveil.data.loaders.digits import load_digits
 from fedveil.data.loaders.mnist import load_fashion_mnist, load_mnist, read_idx
+from mnist_idx_files import idx  # tests/data helper: tiny IDX files
 
 # --- MNIST / Fashion-MNIST ----------------------------------------------------------------
-
-
-def idx(array: np.ndarray, magic_type: int = 0x08) -> bytes:
-    """``array`` (uint8) in IDX format: 0x0000, type byte, ndim, big-endian dims, data."""
-    header = bytes([0, 0, magic_type, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
 
 
 def digits_like(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

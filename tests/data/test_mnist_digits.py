@@ -5,7 +5,6 @@ noise in the margin, which must be cut away), so their 8x8 versions are known ex
 """
 from __future__ import annotations
 
-import struct
 
 import numpy as np
 import pytest
@@ -16,14 +15,9 @@ from fedveil.data import DATASETS, DataError
 from fedveil.data.loaders.mnist_digits import load_mnist_digits, mnist_as_optdigits
 from fedveil.runtime.dataset import load_source
 from fedveil.config import validate
+from mnist_idx_files import idx  # tests/data helper: tiny IDX files
 
 NUM_DIGITS = 1797
-
-
-def idx(array: np.ndarray) -> bytes:
-    """``array`` (uint8) as an IDX file: 0x0000, 0x08, ndim, big-endian dims, data."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
 
 
 def boxed(values, seed: int) -> np.ndarray:

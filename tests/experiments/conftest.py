@@ -1,16 +1,14 @@
 """Fixtures shared by the reproduction tests."""
 from __future__ import annotations
 
-import struct
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    """``array`` as an IDX file (MNIST's format): 0x0000, 0x08 (ubyte), ndim, big-endian dims, data."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +18,6 @@ def mnist_data_root(tmp_path_factory):
     mnist = root / "mnist-10k"
     mnist.mkdir()
     for split, n in (("train", 300), ("t10k", 100)):
-        (mnist / f"{split}-images-idx3-ubyte").write_bytes(idx_bytes(rng.integers(0, 256, (n, 28, 28))))
-        (mnist / f"{split}-labels-idx1-ubyte").write_bytes(idx_bytes(rng.integers(0, 10, n)))
+        (mnist / f"{split}-images-idx3-ubyte").write_bytes(idx(rng.integers(0, 256, (n, 28, 28))))
+        (mnist / f"{split}-labels-idx1-ubyte").write_bytes(idx(rng.integers(0, 10, n)))
     return root

@@ -1,8 +1,9 @@
 """The dp_schedules reproduction on a tiny synthetic MNIST stand-in (IDX files in tmp_path)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import gzip
-import struct
 
 import numpy as np
 import pytest
@@ -23,10 +24,8 @@ from fedveil.privacy.dp_gd import DPGDParams, train_dp_gd
 from fedveil.privacy.schedules import PredefinedSchedule, uniform_sigmas
 from fedveil.privacy.zcdp import rho_from_epsilon_delta
 
-
-def idx(array: np.ndarray) -> bytes:
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)
 
 
 def write_fake_mnist(directory, n=160, seed=0):

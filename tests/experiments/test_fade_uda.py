@@ -3,10 +3,10 @@ the central-baseline equivalence with hand-written SGD, tiny studies end to end,
 configs of the protocol, accuracy scored by hand from ``model.pt`` and the method settings."""
 from __future__ import annotations
 
+import sys
 import gzip
 import json
 import math
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,9 @@ from fedveil.models.zoo import build_model
 from fedveil.runtime.recorder import MemoryRecorder
 from fedveil.runtime.run_dir import RunDirError
 from fedveil.runtime.simulation import Simulation
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)
 
 
 @pytest.fixture(autouse=True)
@@ -278,11 +281,6 @@ def test_office_adapt_configs(tmp_path):
 
 
 # ----------------------------------------------------------------------------- (c) fade_digits
-
-
-def idx(array: np.ndarray) -> bytes:
-    """``array`` (uint8) in IDX format: 0x0000, type byte 0x08, ndim, big-endian dims, data."""
-    return bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + array.astype(np.uint8).tobytes()
 
 
 @pytest.fixture
