@@ -21,7 +21,7 @@ LAYERS = [
     {"metrics"},  # evaluation metrics read data.arrays
     {"privacy"},
     {"training", "theory", "pets"},
-    {"algorithms"},
+    {"algorithms", "ecos"},
     {"config"},
     {"runtime"},
     {"bench", "experiments"},
