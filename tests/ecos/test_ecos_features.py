@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedveil.ecos import EXTRACTORS, extract, hog_features, pixel_features
+from fedveil.ecos import EXTRACTORS, extract, hog_color_features, hog_features, pixel_features
+from fedveil.ecos.features import cell_colour_stats
 
 
 def _edge(vertical: bool) -> torch.Tensor:
@@ -67,9 +68,40 @@ def test_extract_by_name():
     out = extract("hog", x, cells=2)
     assert isinstance(out, np.ndarray) and out.dtype == np.float32
     np.testing.assert_array_equal(out, hog_features(x, cells=2).numpy())
-    assert set(EXTRACTORS) == {"hog", "pixels"}
+    assert set(EXTRACTORS) == {"hog", "hog_color", "pixels"}
+    np.testing.assert_array_equal(extract("hog_color", x, cells=2), hog_color_features(x, cells=2).numpy())
     with pytest.raises(ValueError, match="unknown feature extractor 'resnet18'"):
         extract("resnet18", x)
+
+
+def test_cell_colour_stats_by_hand():
+    # 2 x 2 cells of a 1-channel 4 x 4 image: cell (0, 0) holds 0, 0, 0, 2 (mean 0.5, std sqrt(0.75)),
+    # the other cells are flat at 1 (mean 1, std 0).
+    x = torch.ones(1, 1, 4, 4)
+    x[0, 0, :2, :2] = torch.tensor([[0.0, 0.0], [0.0, 2.0]])
+    stats = cell_colour_stats(x, cells=2)
+    expected = torch.tensor([[0.5, 1.0, 1.0, 1.0, 0.75**0.5, 0.0, 0.0, 0.0]])
+    assert stats.shape == (1, 2 * 1 * 4) and torch.allclose(stats, expected, atol=1e-6)
+
+
+def test_hog_color_shape_weights_and_colour_separation():
+    x = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    f = hog_color_features(x)  # 4 x 4 cells, 9 bins, per-cell blocks: 144 HOG + 2 * 3 * 16 colour
+    assert f.shape == (3, 144 + 96) and f.dtype == torch.float32 and torch.isfinite(f).all()
+    shape, colour = f[:, :144], f[:, 144:]
+    assert torch.allclose(shape.norm(dim=1), torch.full((3,), 0.5**0.5), atol=1e-5)  # equal halves of a unit norm
+    assert torch.allclose(colour.norm(dim=1), torch.full((3,), 0.5**0.5), atol=1e-5)
+    assert torch.allclose(hog_color_features(x, color_weight=0.0)[:, 144:], torch.zeros(3, 96))
+    assert torch.allclose(hog_color_features(3.0 * x), f, atol=1e-5)  # a positive rescaling changes nothing
+    # The same digit-like stroke in red and in green on black: HOG cannot tell them apart, hog_color can.
+    red, green = torch.zeros(1, 3, 16, 16), torch.zeros(1, 3, 16, 16)
+    red[0, 0, 3:13, 6:10] = 1.0
+    green[0, 1, 3:13, 6:10] = 1.0
+    assert torch.allclose(hog_features(red, block=1), hog_features(green, block=1))
+    a, b = hog_color_features(red), hog_color_features(green)
+    assert torch.allclose(a[:, :144], b[:, :144])
+    assert (a - b).norm() > 0.9  # the colour halves are orthogonal: distance sqrt(2 * 0.5) = 1
+    assert (a - b).norm() == pytest.approx(1.0, abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -79,6 +111,8 @@ def test_extract_by_name():
         (lambda: hog_features(torch.zeros(1, 1, 8, 8), cells=2, block=3), "block"),
         (lambda: hog_features(torch.zeros(1, 1, 3, 3), cells=4), "smaller than"),
         (lambda: pixel_features(torch.zeros(1, 1, 4, 4), pool=0), "pool"),
+        (lambda: hog_color_features(torch.zeros(1, 3, 8, 8), color_weight=1.5), "color_weight"),
+        (lambda: hog_color_features(torch.zeros(1, 3, 8, 8), cells=16), "smaller than"),
     ],
 )
 def test_feature_errors(call, match):

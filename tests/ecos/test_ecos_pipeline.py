@@ -98,6 +98,16 @@ def test_ecos_picks_the_clients_stripes_and_costs_4R_plus_24_bytes_up():
     assert (random.indices < 150).mean() < 0.7
 
 
+def test_the_settings_cap_reaches_the_selection():
+    pool = CloudPool(CLOUD, SETTINGS, seed=4)
+    size = select("ecos", CLIENT, pool, 100, SETTINGS, ledger(), "client", seed=4)
+    share = dataclasses.replace(SETTINGS, cap="pool_share")
+    literal = select("ecos", CLIENT, pool, 100, share, ledger(), "client", seed=4)
+    np.testing.assert_array_equal(size.summary.scores, literal.summary.scores)  # the same upload
+    assert SETTINGS.cap == "cluster_size" and size.indices.size >= 90  # the covered half can give 100
+    assert literal.indices.size <= 50  # the vertical stripes are half of the pool
+
+
 def test_selection_is_deterministic_given_the_seed():
     def run(method: str, seed: int, cloud):
         return select(method, CLIENT, cloud, 40, SETTINGS, ledger(), "client", seed)
@@ -127,6 +137,7 @@ def test_selection_is_deterministic_given_the_seed():
          "another feature extractor or R"),
         (lambda: ECOSSettings(extractor="resnet18"), "unknown feature extractor"),
         (lambda: ECOSSettings(sigma=0.0), "sigma"),
+        (lambda: ECOSSettings(cap="pool"), "cap must be one of"),
         (lambda: ECOSSettings(sample_rate=1.5), "sample_rate"),
         (lambda: ECOSSettings(accountant="moments"), "accountant"),
         (lambda: CloudSGD(momentum=1.0), "momentum"),

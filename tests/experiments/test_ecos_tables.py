@@ -2,6 +2,7 @@
 follow hand-made numbers, and an end-to-end quick run on tiny MNIST files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -43,6 +44,25 @@ def test_split_errors():
         et.split_rows(DOMAIN, 2, "OoD", np.random.default_rng(0))
     with pytest.raises(ValueError, match="ablation_budget 7 must be one of the budgets"):
         et.ECOSStudy(budgets=[10], paper_budgets=[2000], ablation_budget=7)
+    with pytest.raises(ValueError, match="ablation_R 100 must be a positive R other than the study's 100"):
+        et.ECOSStudy(ablation_R=100)
+    with pytest.raises(ValueError, match="unknown feature extractor 'resnet18'"):
+        et.ECOSStudy(diagnostic_extractors={"resnet": ("resnet18", {})})
+
+
+def test_the_study_runs_the_ablations_with_their_own_settings():
+    study = et.ECOSStudy()
+    assert study.ecos.extractor == "hog_color" and study.ecos.cap == "cluster_size" and study.ecos.R == 100
+    assert et.runs_of(study, "ID+OoD")[-3:] == [(1000, "proximity"), (1000, et.POOL_SHARE), (1000, "ecos_R25")]
+    assert all(m in ("ecos", "k_center", "random") for _, m in et.runs_of(study, "OoD"))
+    assert study.settings_of(et.POOL_SHARE) == dataclasses.replace(study.ecos, cap="pool_share")
+    assert study.settings_of("ecos_R25") == dataclasses.replace(study.ecos, R=25)
+    assert study.settings_of("ecos") == study.settings_of(et.MATCHED) == study.ecos
+    assert [et.selector(m) for m in ("ecos", et.MATCHED, et.POOL_SHARE, "ecos_R25", "proximity")] == [
+        "ecos", "random", "ecos", "ecos", "proximity"]
+    assert et.label("ecos_R25") == "ECOS (R = 25)" and et.label(et.POOL_SHARE) == "ECOS (pool-share cap, as printed)"
+    bare = et.ECOSStudy(pool_share_row=False, ablation_R=None)
+    assert et.runs_of(bare, "ID+OoD")[-1] == (1000, "proximity")
 
 
 STUDY = et.ECOSStudy(clouds=["ID+OoD"], domains=[0, 1], budgets=[10], paper_budgets=[2000], ablation_budget=10,
@@ -67,7 +87,8 @@ def claims(rows) -> dict[str, str]:
 
 def test_verdicts_follow_the_numbers():
     good = records({"ecos": [0.80, 0.82], "random": [0.70, 0.71], "k_center": [0.60, 0.62], et.MATCHED: [0.50, 0.52],
-                    "proximity": [0.40, 0.41]}, {"ecos": 0.6, "random": 0.1})
+                    "proximity": [0.40, 0.41], et.POOL_SHARE: [0.75, 0.77], "ecos_R25": [0.90, 0.90]},
+                   {"ecos": 0.6, "random": 0.1, et.POOL_SHARE: 0.7, "ecos_R25": 0.8})
     verdicts = claims(et.claim_rows(STUDY, good))
     assert verdicts["ECOS >= Random (average accuracy %)"] == "holds"
     assert verdicts["ECOS >= K-Center (average accuracy %)"] == "holds"
@@ -80,9 +101,15 @@ def test_verdicts_follow_the_numbers():
     assert rows["ECOS >= Random (average accuracy %)"].paper == "82.3 vs 81.4"
     assert rows["Random > proximity-only (average accuracy %)"].measured.startswith("70.50 vs 40.50 (diff +30.00")
     assert rows["Random > proximity-only (average accuracy %)"].paper == "40.4 vs 35.2 (Table 5.5, DomainNet)"
+    # The variants are compared with ECOS, without a verdict: ECOS first.
+    variant = rows["ECOS vs ECOS (pool-share cap, as printed): average accuracy %"]
+    assert variant.measured.startswith("81.00 vs 76.00 (diff +5.00") and variant.verdict == "comparison, not a claim"
+    assert rows["ECOS vs ECOS (R = 25): in-distribution share %"].measured.startswith("60.00 vs 80.00 (diff -20.00")
+    assert rows["ECOS vs ECOS (R = 25): samples selected"].measured == "10.0 vs 10.0"
 
     bad = records({"ecos": [0.50, 0.52], "random": [0.70, 0.71], "k_center": [0.51, 0.50], et.MATCHED: [0.50, 0.52],
-                   "proximity": [0.90, 0.91]}, {"ecos": 0.1, "random": 0.1})
+                   "proximity": [0.90, 0.91], et.POOL_SHARE: [0.5, 0.5], "ecos_R25": [0.5, 0.5]},
+                  {"ecos": 0.1, "random": 0.1})
     verdicts = claims(et.claim_rows(STUDY, bad))
     assert verdicts["ECOS >= Random (average accuracy %)"] == "does not hold"
     assert verdicts["ECOS >= K-Center (average accuracy %)"] == "holds"  # 0.51 vs 0.505: at least
@@ -100,6 +127,20 @@ def test_epsilon_must_be_the_same_at_every_budget():
     assert et.privacy_rows(STUDY, drift)[0].verdict == "constant in B: does not hold"
 
 
+def test_diagnostic_rows_report_the_shares_and_check_the_choice():
+    study = et.ECOSStudy(domains=[0, 1], budgets=[10], paper_budgets=[2000], ablation_budget=10)
+    shares = {"pixels": (0.5, 0.7), "hog": (0.2, 0.4), "hog_color": (0.6, 0.8)}
+    diagnostic = [{"extractor": name, "domain": d, "budget": 10, "selected": 10, "id_share": share[d],
+                   "pool_id_share": 0.1} for name, share in shares.items() for d in (0, 1)]
+    rows = et.diagnostic_rows(study, diagnostic)
+    assert [r.measured for r in rows[:3]] == ["50.0 / 70.0 / 60.0", "20.0 / 40.0 / 30.0", "60.0 / 80.0 / 70.0"]
+    assert "(pool: 10.0%)" in rows[0].metric and "exact counts" in rows[0].setting
+    assert rows[-1].measured == "pixels: 60.0%; hog: 30.0%; hog_color: 70.0%" and rows[-1].verdict == "holds"
+    hog = dataclasses.replace(study, ecos=dataclasses.replace(study.ecos, extractor="hog"))
+    assert et.diagnostic_rows(hog, diagnostic)[-1].verdict == "does not hold (best: hog_color)"
+    assert et.diagnostic_rows(study, []) == []
+
+
 def test_the_quick_run_writes_results_and_the_figure(tmp_path, mnist_data_root):
     # 60 training + 20 test rows for each of the 5 domains: the fixture's 300 + 100 MNIST rows exactly.
     assert et.ecos_study(quick=True).rows_per_domain * 5 + et.ecos_study(quick=True).test_rows_per_domain * 5 == 400
@@ -107,17 +148,26 @@ def test_the_quick_run_writes_results_and_the_figure(tmp_path, mnist_data_root):
     report = EXPERIMENTS.get("ecos_digits")(ctx)
     write_results(report, tmp_path, quick=True)
     runs = report.extra["records"]
-    # per cloud: ECOS, its matched Random, K-Center, Random; plus proximity-only on ID+OoD
+    # per cloud: ECOS, its matched Random, K-Center, Random; on ID+OoD proximity-only and the two ECOS variants
     assert sorted((r["cloud"], r["method"]) for r in runs) == sorted(
-        [(c, m) for c in et.CLOUDS for m in ("ecos", et.MATCHED, "k_center", "random")] + [("ID+OoD", "proximity")])
+        [(c, m) for c in et.CLOUDS for m in ("ecos", et.MATCHED, "k_center", "random")]
+        + [("ID+OoD", m) for m in ("proximity", et.POOL_SHARE, "ecos_R25")])
     for r in runs:
         assert r["selected"] <= r["budget"] == 50 and r["domain"] == 1
         assert r["client_rows"] == (30 if r["cloud"] == "ID+OoD" else 60)
         assert r["pool_rows"] == (270 if r["cloud"] == "ID+OoD" else 240)
-        assert (r["cost"]["upload_bytes"] == 424) == (r["method"] in PRIVATE_METHODS)
-    assert all(r["epsilon"] == pytest.approx(0.0995, rel=0.02) for r in runs if r["method"] in PRIVATE_METHODS)
+        private = r["selector"] in PRIVATE_METHODS
+        assert r["cost"]["upload_bytes"] == (4 * r["R"] + 24 if private else 0)
+        assert r["R"] == (25 if r["method"] == "ecos_R25" else 100)
+        assert r["cap"] == ("pool_share" if r["method"] == et.POOL_SHARE else "cluster_size")
+        assert r["epsilon"] == (pytest.approx(0.0995, rel=0.02) if private else 0.0)
     verdicts = claims(report.rows)
     assert "ECOS >= Random (average accuracy %)" in verdicts and "ECOS > proximity-only (average accuracy %)" in verdicts
+    assert verdicts["ECOS vs ECOS (R = 25): average accuracy %"] == "comparison, not a claim"
+    diagnostic = report.extra["diagnostic"]
+    assert sorted(r["extractor"] for r in diagnostic) == ["hog", "hog_color", "pixels"]
+    assert all(r["domain"] == 1 and r["budget"] == 50 and 0 < r["selected"] <= 50 for r in diagnostic)
+    assert "the study's phi (hog_color {'cells': 4, 'bins': 9, 'block': 1}) has the highest mean share" in verdicts
     markdown = (tmp_path / "results.md").read_text()
     assert "Quick mode" in markdown and "ecos_digits_accuracy.png" in markdown
     assert (tmp_path / report.figures[0]).stat().st_size > 0

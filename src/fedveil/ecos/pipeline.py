@@ -47,7 +47,7 @@ from ..privacy.ledger import PrivacyLedger, Subject
 from ..seeding import derive_seed, numpy_generator
 from .coverage import CoverageSummary, cloud_centroids, coverage_release, private_coverage
 from .features import EXTRACTORS, extract
-from .selection import ecos_select, k_center_select, proximity_only_select, random_select
+from .selection import check_cap, ecos_select, k_center_select, proximity_only_select, random_select
 
 __all__ = [
     "METHODS",
@@ -72,8 +72,9 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class ECOSSettings:
     """ECOS's knobs (B.3-B.4): phi and its options, ``R`` centroids, noise ``sigma``, Poisson
-    rate ``sample_rate`` (gamma), score scale ``scale_s``, the accountant and ``delta`` the
-    epsilon is reported at, and an optional ``epsilon_budget`` the client may not exceed."""
+    rate ``sample_rate`` (gamma), score scale ``scale_s``, the reading ``cap`` of Alg. 5.1
+    line 9 (:data:`.selection.CAPS`), the accountant and ``delta`` the epsilon is reported
+    at, and an optional ``epsilon_budget`` the client may not exceed."""
 
     extractor: str = "hog"
     extractor_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -81,6 +82,7 @@ class ECOSSettings:
     sigma: float = 25.0
     sample_rate: float = 0.8
     scale_s: float = 1.0
+    cap: str = "cluster_size"
     delta: float = 1e-5
     accountant: str = "pld"
     epsilon_budget: float | None = None
@@ -95,6 +97,7 @@ class ECOSSettings:
         object.__setattr__(self, "sigma", checks.positive("sigma", self.sigma))
         object.__setattr__(self, "sample_rate", checks.fraction("sample_rate", self.sample_rate, one=True))
         object.__setattr__(self, "scale_s", checks.positive("scale_s", self.scale_s))
+        check_cap(self.cap)
         object.__setattr__(self, "delta", checks.fraction("delta", self.delta))
         object.__setattr__(self, "accountant", check_accountant(self.accountant))
         if self.epsilon_budget is not None:
@@ -288,7 +291,9 @@ def select(
     epsilon = _record(ledger, subject, spend, expected)
     features, scores = pool.features, summary.scores
     if method == "ecos":
-        indices, seconds = _timed(lambda: ecos_select(features, centroids, scores, budget, settings.scale_s, rng))
+        indices, seconds = _timed(lambda: ecos_select(
+            features, centroids, scores, budget, settings.scale_s, rng, settings.cap
+        ))
     else:
         indices, seconds = _timed(lambda: proximity_only_select(features, centroids, scores, budget, rng))
     cost = StageCost(

@@ -7,10 +7,21 @@ post-processing and costs no privacy.
 Decisions on the spec's open points (PART E item 8):
 
 * Negative noisy scores are clipped at 0 before ``psi_s(v) = v**s`` (which needs ``s > 0``).
-* ``b_r = floor(min(|C^q_r| / sum_j |C^q_j|, v'_r / sum_j v'_j) * B)``, rounded *down*, so
-  ``sum_r b_r <= B`` and ``b_r <= |C^q_r|``.  As printed, the ``min`` also caps a cluster
-  at its pool share of B, so the number selected is below B (about B times the pool share
-  of the covered clusters); the spec notes such effective counts in Figs D.1/D.2.
+* Line 9's cap (``cap``, :data:`CAPS`).  As printed, ``b_r = min{|C^q_r| / sum_j |C^q_j|,
+  v'_r / sum_j v'_j} * B`` caps every cluster at its *pool share* of B, so the number
+  selected is about B times the pool share of the covered clusters: far below B whenever the
+  client's clusters are a small part of the pool, at *every* budget (171 of B = 400 in our
+  first Digits run, while the baselines label B).  Fig. D.2 contradicts that reading: a larger
+  s "cuts effective samples" only "for budgets > 2000", i.e. only once the budget a few
+  clusters ask for exceeds what those clusters hold.  That is a cap at the cluster's *size*;
+  a pool-share cap keeps ``B * sum_r min(pool share_r, score share_r)`` samples, the same
+  fraction of B at every budget, so it would cut small budgets as much as large ones.  Our
+  default, ``cap="cluster_size"``, therefore reads line 9 as
+  ``b_r = min(|C^q_r|, floor(B * v'_r / sum_j v'_j))``: the client's score shares split B,
+  and a cluster cannot give more samples than it has.  ``cap="pool_share"`` is the printed
+  formula, ``b_r = floor(min(|C^q_r| / sum_j |C^q_j|, v'_r / sum_j v'_j) * B)``, kept for
+  comparison.  Both round down, so ``sum_r b_r <= B`` and ``b_r <= |C^q_r|``; the selection
+  can hold fewer than B (the effective counts of Figs. D.1/D.2).
 * If every clipped score is 0 (no cluster covered) all budgets are 0 and nothing is selected.
 * A cluster with ``b_r = 0`` contributes nothing: Alg. 5.1 line 11 as printed would put one
   random sample of *every* cluster into S, against ``sum_r b_r <= B`` and the rejection of
@@ -29,6 +40,7 @@ from ..privacy import checks
 from .coverage import as_feature_matrix, assign_clusters
 
 __all__ = [
+    "CAPS",
     "cluster_budgets",
     "ecos_select",
     "k_center_greedy",
@@ -36,6 +48,15 @@ __all__ = [
     "proximity_only_select",
     "random_select",
 ]
+
+
+#: Readings of Alg. 5.1 line 9's cap on a cluster's budget (see the module docstring).
+CAPS = ("cluster_size", "pool_share")
+
+
+def check_cap(cap: object) -> str:
+    """``cap`` if it is one of :data:`CAPS`, else a one-line ValueError."""
+    return checks.one_of("cap", cap, CAPS)
 
 
 def _scores(noisy_scores: Any, R: int) -> np.ndarray:
@@ -58,9 +79,16 @@ def _check_rng(rng: Any) -> np.random.Generator:
     return rng
 
 
-def cluster_budgets(cloud_assign_counts: Any, noisy_scores: Any, budget: int, scale_s: float) -> np.ndarray:
-    """Alg. 5.1 line 9: int64 ``b_r = floor(min(|C^q_r| / sum|C^q|, v'_r / sum v') * B)``,
-    ``v'_r = psi_s(max(v~_r, 0)) = max(v~_r, 0)**s``; all zeros if no score is positive."""
+def cluster_budgets(
+    cloud_assign_counts: Any, noisy_scores: Any, budget: int, scale_s: float, cap: str = "cluster_size"
+) -> np.ndarray:
+    """Alg. 5.1 line 9, int64 budgets with ``v'_r = psi_s(max(v~_r, 0)) = max(v~_r, 0)**s``;
+    all zeros if no score is positive.
+
+    ``cap="cluster_size"`` (our reading): ``b_r = min(|C^q_r|, floor(B * v'_r / sum v'))``;
+    ``cap="pool_share"`` (the printed formula):
+    ``b_r = floor(min(|C^q_r| / sum|C^q|, v'_r / sum v') * B)``.
+    """
     counts = np.asarray(cloud_assign_counts)
     if counts.ndim != 1 or counts.dtype.kind not in "iu" or (counts < 0).any() or counts.sum() == 0:
         raise ValueError("cloud_assign_counts must be a 1-d array of non-negative integers |C^q_r| with a positive sum.")
@@ -68,11 +96,14 @@ def cluster_budgets(cloud_assign_counts: Any, noisy_scores: Any, budget: int, sc
     scores = _scores(noisy_scores, counts.size)
     budget = _budget(budget, int(counts.sum()))
     s = checks.positive("scale_s", scale_s)
+    cap = check_cap(cap)
     scaled = np.maximum(scores, 0.0) ** s
     if scaled.sum() == 0.0:
         return np.zeros(counts.size, dtype=np.int64)
-    by_pool = counts * budget // counts.sum()  # exact integer floor
     by_score = np.floor(scaled * budget / scaled.sum()).astype(np.int64)
+    if cap == "cluster_size":
+        return np.minimum(counts, by_score)
+    by_pool = counts * budget // counts.sum()  # exact integer floor
     return np.minimum(by_pool, by_score)
 
 
@@ -113,18 +144,21 @@ def ecos_select(
     budget: int,
     scale_s: float,
     rng: np.random.Generator,
+    cap: str = "cluster_size",
 ) -> np.ndarray:
     """Alg. 5.1 lines 8-16: indices into the cloud pool, at most ``budget`` of them.
 
-    Assign the pool to the centroids, set the budgets :func:`cluster_budgets`, then in each
+    Assign the pool to the centroids, set the budgets :func:`cluster_budgets` (with ``cap``),
+    then in each
     cluster with ``b_r > 0`` take a uniformly random first sample and ``b_r - 1`` more by
     :func:`k_center_greedy` on the phi features of that cluster.
     """
     x = as_feature_matrix("cloud_features", cloud_features)
     rng = _check_rng(rng)
+    cap = check_cap(cap)
     assignment = assign_clusters(x, centroids)
     R = np.asarray(centroids).shape[0]
-    budgets = cluster_budgets(np.bincount(assignment, minlength=R), noisy_scores, budget, scale_s)
+    budgets = cluster_budgets(np.bincount(assignment, minlength=R), noisy_scores, budget, scale_s, cap)
     chosen = []
     for r in np.flatnonzero(budgets):
         members = np.flatnonzero(assignment == r)
