@@ -284,10 +284,11 @@ def scale_notes(study: FedFedStudy, quick: bool) -> list[str]:
                 "50,000 images (no download here); the paper's numbers are CIFAR-10's (Table 1)")
     notes = [
         data,
-        f"{study.rounds} training rounds (the paper: 1,000) and {study.distill_rounds} distillation rounds (as the paper), "
+        f"{study.rounds} training rounds (the paper: 1,000) and {study.distill_rounds} distillation rounds "
+        f"({'as' if study.distill_rounds == 15 else '15 in'} the paper), "
         f"LeNet (width {study.model.get('options', {}).get('width', 1)}) instead of ResNet-18, seeds {study.seeds}; "
-        "'best' is the best pooled accuracy over the rounds; "
-        + "; ".join(f"{p}: {', '.join(LABELS[b] for b in bs)} only" for p, bs in study.bases_of.items()),
+        "'best' is the best pooled accuracy over the rounds"
+        + "".join(f"; {p}: {', '.join(LABELS[b] for b in bs)} only" for p, bs in study.bases_of.items()),
         f"the distiller: a small conv beta-VAE (latent {study.distiller['latent']}, width {study.distiller['width']}) and "
         f"CNN classifier trained by SGD (the code: a 2048-d VAE and ResNet-18 by AdamW, with mixup and mosaic steps)",
         f"SCAFFOLD trains with {study.scaffold_client} (its option II control variate assumes plain SGD; with "
