@@ -217,6 +217,10 @@ def speedup(baseline: list[int | None], method: list[int | None]) -> float | Non
     return st.mean([b / m for b, m in pairs]) if pairs else None
 
 
+def _speedup_cell(value: float | None) -> str:
+    return "None" if value is None else f"x{value:.1f}"
+
+
 def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
     rows = []
     for partition in study.partitions:
@@ -238,7 +242,7 @@ def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
             rows.append(ResultRow(
                 partition, f"{LABELS[base]}: rounds to {st.mean(targets) * 100:.0f}% with (without); speed-up",
                 f"{_rounds_cell(rounds['with'])} ({_rounds_cell(rounds['without'])}); "
-                f"x{ups['with'] or float('nan'):.1f} (x{ups['without'] or float('nan'):.1f})",
+                f"{_speedup_cell(ups['with'])} ({_speedup_cell(ups['without'])})",
                 "n/a" if paper_up is None else f"x{paper_up}",
             ))
     return rows
