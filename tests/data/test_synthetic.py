@@ -136,6 +136,17 @@ def test_multidomain_layout():
     assert torch.bincount(domain * 5 + y).tolist() == [4] * 10  # 4 rows per (domain, class)
 
 
+def test_multidomain_unit_pixels_rescale_each_image_and_keep_its_pattern():
+    raw = load_multidomain_synthetic(num_classes=3, num_domains=1, samples_per_class=4, image_size=8)
+    unit = load_multidomain_synthetic(num_classes=3, num_domains=1, samples_per_class=4, image_size=8, pixels="unit")
+    flat_raw, flat_unit = raw.train.x.flatten(1), unit.train.x.flatten(1)
+    assert torch.equal(flat_unit.min(1).values, torch.zeros(12)) and torch.equal(flat_unit.max(1).values, torch.ones(12))
+    lo, hi = flat_raw.min(1, keepdim=True).values, flat_raw.max(1, keepdim=True).values
+    torch.testing.assert_close(flat_unit, (flat_raw - lo) / (hi - lo))  # the same draws, min-max per image
+    with pytest.raises(DataError, match="pixels"):
+        load_multidomain_synthetic(num_classes=3, num_domains=1, samples_per_class=4, image_size=8, pixels="bytes")
+
+
 def test_multidomain_classes_learnable_and_domains_shifted():
     def cross_domain(shift):
         src = load_multidomain_synthetic(num_classes=10, num_domains=3, samples_per_class=20, domain_shift=shift)
