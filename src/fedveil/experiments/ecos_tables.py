@@ -56,7 +56,6 @@ Decisions on the open points:
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -239,6 +238,11 @@ def runs_of(study: ECOSStudy, cloud: str) -> list[tuple[int, str]]:
     return runs
 
 
+def id_share(domain: np.ndarray, chosen: np.ndarray, client_domain: int) -> float:
+    """The share of the ``chosen`` pool rows that come from the client's domain (0 for none)."""
+    return float(np.mean(domain[chosen] == client_domain)) if chosen.size else 0.0
+
+
 def run_client(source: DataSource, study: ECOSStudy, cloud: str, client_domain: int, seed: int) -> list[Record]:
     """Every (budget, method) run for one client domain and seed on one cloud; each private
     selection has its own ledger (one upload), so its epsilon is the upload's."""
@@ -267,7 +271,7 @@ def run_client(source: DataSource, study: ECOSStudy, cloud: str, client_domain: 
             "cloud": cloud, "domain": client_domain, "seed": seed, "budget": budget, "method": method,
             "selector": selector(method), "R": settings.R, "cap": settings.cap,
             "accuracy": accuracy(trained.model, trained.params, test), "selected": int(chosen.size),
-            "id_share": float(np.mean(domain[chosen] == client_domain)) if chosen.size else 0.0,
+            "id_share": id_share(domain, chosen, client_domain),
             "epsilon": selection.epsilon, "cost": asdict(selection.cost), "train_seconds": trained.seconds,
             "client_rows": int(client.size), "pool_rows": len(pool_rows),
             "client_bytes": int(client_x[0].numel() * client.size),  # 8-bit pixels
@@ -302,7 +306,7 @@ def extractor_diagnostic(source: DataSource, study: ECOSStudy) -> list[Record]:
                 chosen = pool_rows[ecos_select(pool.features, pool.centroids, counts, budget, settings.scale_s, rng,
                                                settings.cap)]
                 out.append({"extractor": name, "domain": d, "budget": budget, "selected": int(chosen.size),
-                            "id_share": float(np.mean(domain[chosen] == d)) if chosen.size else 0.0,
+                            "id_share": id_share(domain, chosen, d),
                             "pool_id_share": float(np.mean(domain[pool_rows] == d))})
     return out
 
@@ -329,7 +333,7 @@ def seed_means(records: list[Record], key: str, **keys: Any) -> list[float]:
     """Per seed, the mean of ``key`` over the client domains of the matching records."""
     chosen = matching(records, **keys)
     seeds = sorted({r["seed"] for r in chosen})
-    return [statistics.fmean(r[key] for r in chosen if r["seed"] == s) for s in seeds]
+    return [st.mean([r[key] for r in chosen if r["seed"] == s]) for s in seeds]
 
 
 def accuracy_cell(runs: list[Record], domains: list[int]) -> str:

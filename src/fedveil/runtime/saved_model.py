@@ -46,13 +46,18 @@ def saved_client_states(run_dir: str | Path) -> dict[int, dict]:
     return out
 
 
-def locally_tracked(sim: Simulation, run_dir: str | Path, params: dict) -> list[dict]:
-    """``params`` with each client's own BN statistics (Table C.3's "locally tracked": kept by
-    the client for what it trained; the global ones elsewhere)."""
+def kept_statistics(run_dir: str | Path) -> dict[int, dict]:
+    """Each client's own BN statistics at the end of the run (Table C.3's "locally tracked":
+    kept by the client for what it trained); a clear error for a run whose clients kept none."""
     states = saved_client_states(run_dir)
     if not any("buffers" in s for s in states.values()):
         raise ConfigError("--local-bn needs a run whose clients kept their BN statistics (algorithm.buffers = \"local\")")
-    return [{**params, **states.get(cid, {}).get("buffers", {})} for cid in range(sim.data.num_clients)]
+    return {cid: s.get("buffers", {}) for cid, s in states.items()}
+
+
+def locally_tracked(sim: Simulation, kept: dict[int, dict], params: dict) -> list[dict]:
+    """``params`` with each client's ``kept`` statistics (the global ones where it kept none)."""
+    return [{**params, **kept.get(cid, {})} for cid in range(sim.data.num_clients)]
 
 
 def evaluate_saved(
@@ -86,7 +91,8 @@ def evaluate_saved(
     # post average: each client's refreshed statistics, once per mix (every width slices them)
     refreshed = {lam: refreshed_per_client(sim, state, refresh_bn) for lam, state in states.items()} if refresh_bn > 0 else {}
     if local_bn:
-        refreshed = {lam: locally_tracked(sim, run_dir, state) for lam, state in states.items()}
+        kept = kept_statistics(run_dir)  # read once, then laid over every mix
+        refreshed = {lam: locally_tracked(sim, kept, state) for lam, state in states.items()}
     rows = []
     for width in widths:
         if width is None:
