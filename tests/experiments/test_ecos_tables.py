@@ -37,9 +37,16 @@ def test_id_ood_split_gives_the_client_half_its_domain(seed):
     np.testing.assert_array_equal(client, again)
 
 
+def test_id_split_keeps_the_cloud_inside_the_client_domain():
+    client, cloud = et.split_rows(DOMAIN, 0, "ID", np.random.default_rng(1))
+    same_half, _ = et.split_rows(DOMAIN, 0, "ID+OoD", np.random.default_rng(1))
+    np.testing.assert_array_equal(client, same_half)  # the same client half as ID+OoD for a seed
+    assert client.size == 2 and cloud.size == 3 and sorted([*client, *cloud]) == [0, 1, 5, 8, 9]
+
+
 def test_split_errors():
-    with pytest.raises(ValueError, match="unknown cloud setting 'ID'"):
-        et.split_rows(DOMAIN, 0, "ID", np.random.default_rng(0))
+    with pytest.raises(ValueError, match="unknown cloud setting 'IID'"):
+        et.split_rows(DOMAIN, 0, "IID", np.random.default_rng(0))
     with pytest.raises(ValueError, match="client domain 2 has 1 rows"):
         et.split_rows(DOMAIN, 2, "OoD", np.random.default_rng(0))
     with pytest.raises(ValueError, match="ablation_budget 7 must be one of the budgets"):

@@ -8,8 +8,9 @@ the client's test rows.
 
 Decisions and scale-downs:
 
-* Plain supervised SGD on the labelled selection only: FixMatch's unlabelled cloud term
-  (coefficient 0.1, EMA 0.9) and the frozen-backbone warm-up of B.6 are later parts.
+* :func:`train_classifier` is plain supervised SGD on the labelled selection;
+  :func:`fedveil.ecos.fixmatch.train_fixmatch` adds FixMatch's unlabelled cloud term
+  (coefficient 0.1) through the same trainer, from the same :func:`initial_model`.
 * Every method is trained with the same :class:`CloudSGD` (B.6: SGD, momentum 0.9, weight
   decay 5e-4; lr and epochs at CPU scale) and the same initial model for a given seed.
 * An empty selection (ECOS selects nothing when no noisy score is positive) trains nothing:
@@ -34,7 +35,7 @@ from ..privacy import checks
 from ..seeding import derive_seed, torch_generator
 from ..training.local import LocalTrainer, task_loss
 
-__all__ = ["CloudModel", "CloudSGD", "LR_SCHEDULES", "accuracy", "train_classifier"]
+__all__ = ["CloudModel", "CloudSGD", "LR_SCHEDULES", "accuracy", "initial_model", "train_classifier"]
 
 #: The trainer's learning-rate schedules (:meth:`LocalTrainer.lr_at`); one training is its round 0.
 LR_SCHEDULES = ("constant", "step", "exponential", "cosine", "dann")
@@ -79,6 +80,17 @@ class CloudModel:
     loss: float
 
 
+def initial_model(
+    input_shape: tuple[int, ...], num_classes: int, model: str, model_options: Mapping[str, Any], seed: int
+) -> nn.Module:
+    """Zoo model ``model`` (``model_options``) for ``input_shape`` rows, its weights drawn under
+    the ``ecos/model`` stream of ``seed`` (the global torch RNG is left as it was): every
+    cloud training of a seed (supervised, FixMatch) starts from the same weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "ecos/model"))
+        return build_model(model, tuple(input_shape), num_classes, **dict(model_options))
+
+
 def train_classifier(
     data: ArrayDataset,
     num_classes: int,
@@ -97,9 +109,7 @@ def train_classifier(
         raise ValueError(f"sgd must be CloudSGD; got {type(sgd).__name__}.")
     num_classes = checks.integer("num_classes", num_classes, minimum=2)
     seed = checks.integer("seed", seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "ecos/model"))
-        net = build_model(model, tuple(data.x.shape[1:]), num_classes, **dict(model_options))
+    net = initial_model(tuple(data.x.shape[1:]), num_classes, model, model_options, seed)
     params = model_state(net)
     if len(data) == 0:
         return CloudModel(net, params, 0.0, float("nan"))

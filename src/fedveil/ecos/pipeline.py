@@ -47,6 +47,7 @@ from ..privacy.ledger import PrivacyLedger, Subject
 from ..seeding import derive_seed, numpy_generator
 from .coverage import CoverageSummary, cloud_centroids, coverage_release, private_coverage
 from .features import EXTRACTORS, extract
+from .private_knn import KNNLabels, KNNSettings, labelling_release, private_knn_labels
 from .selection import check_cap, ecos_select, k_center_select, proximity_only_select, random_select
 
 __all__ = [
@@ -54,10 +55,13 @@ __all__ = [
     "PRIVATE_METHODS",
     "CloudPool",
     "ECOSSettings",
+    "Labelling",
     "Plan",
     "Selection",
     "StageCost",
+    "label",
     "plan",
+    "plan_labelling",
     "select",
 ]
 
@@ -194,18 +198,30 @@ class CloudPool:
         return key(self.settings) == key(_check_settings(settings))
 
 
+def _plan_of(settings: ECOSSettings, releases: tuple[Release, ...], what: str) -> Plan:
+    epsilon = PrivacyLedger(settings.accountant).epsilon_of(list(releases), settings.delta)
+    if settings.epsilon_budget is not None and epsilon > settings.epsilon_budget:
+        raise ValueError(
+            f"{what} costs epsilon {epsilon:.4g} at delta {settings.delta:g}, over the budget "
+            f"{settings.epsilon_budget:g}; raise the noise or lower the sampling rate."
+        )
+    return Plan(releases, epsilon, settings.delta)
+
+
 def plan(settings: ECOSSettings) -> Plan:
     """B.4: the one coverage release of a private selection and its epsilon at ``settings.delta``
     with ``settings.accountant``; a one-line ValueError if it exceeds ``settings.epsilon_budget``."""
     _check_settings(settings)
-    releases = (coverage_release(settings.sigma, settings.sample_rate),)
-    epsilon = PrivacyLedger(settings.accountant).epsilon_of(list(releases), settings.delta)
-    if settings.epsilon_budget is not None and epsilon > settings.epsilon_budget:
-        raise ValueError(
-            f"the ECOS upload costs epsilon {epsilon:.4g} at delta {settings.delta:g} (sigma {settings.sigma:g}, "
-            f"gamma {settings.sample_rate:g}), over the budget {settings.epsilon_budget:g}; raise sigma or lower gamma."
-        )
-    return Plan(releases, epsilon, settings.delta)
+    return _plan_of(settings, (coverage_release(settings.sigma, settings.sample_rate),),
+                    f"the ECOS upload (sigma {settings.sigma:g}, gamma {settings.sample_rate:g})")
+
+
+def plan_labelling(settings: ECOSSettings, knn: KNNSettings, num_queries: int) -> Plan:
+    """B.5: the release of labelling ``num_queries`` cloud samples by private kNN
+    (:func:`.private_knn.labelling_release`) and its epsilon alone, checked like :func:`plan`."""
+    _check_settings(settings)
+    release = labelling_release(num_queries, knn)
+    return _plan_of(settings, (release,), f"private kNN labelling of {num_queries} queries")
 
 
 def _pool(cloud_x: CloudPool | torch.Tensor, settings: ECOSSettings, seed: int) -> CloudPool:
@@ -216,10 +232,9 @@ def _pool(cloud_x: CloudPool | torch.Tensor, settings: ECOSSettings, seed: int) 
     return CloudPool(cloud_x, settings, seed)
 
 
-def _spend(ledger: PrivacyLedger, subject: Subject, settings: ECOSSettings) -> tuple[Plan, float]:
+def _spend(ledger: PrivacyLedger, subject: Subject, settings: ECOSSettings, spend: Plan) -> tuple[Plan, float]:
     """The plan and the client's ledger total once it is recorded; refuses, before any work, a
     ledger of another accountant or a total over ``epsilon_budget``."""
-    spend = plan(settings)
     if ledger.accountant != settings.accountant:
         raise ValueError(
             f"the ledger accounts with {ledger.accountant!r} but the settings plan with {settings.accountant!r}."
@@ -282,7 +297,7 @@ def select(
         cost = StageCost(cloud_features_s=pool.features_seconds, cloud_selection_s=seconds)
         return Selection(method, indices, ledger.epsilon(subject, settings.delta), cost)
     client_x = _check_images("client", client_x)
-    spend, expected = _spend(ledger, subject, settings)
+    spend, expected = _spend(ledger, subject, settings, plan(settings))
     centroids = pool.centroids
     coverage_rng = numpy_generator(seed, "ecos/coverage")
     summary, client_seconds = _timed(lambda: private_coverage(
@@ -302,3 +317,42 @@ def select(
         upload_bytes=summary.nbytes, cloud_selection_s=seconds,
     )
     return Selection(method, indices, epsilon, cost, summary)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Labelling:
+    """The client's private kNN answer (:class:`.private_knn.KNNLabels`), its ledger epsilon
+    after the release, and the seconds it took the client."""
+
+    answer: KNNLabels
+    epsilon: float
+    client_seconds: float
+
+
+def label(
+    client_x: torch.Tensor,
+    client_y: torch.Tensor,
+    queries_x: torch.Tensor,
+    num_classes: int,
+    settings: ECOSSettings,
+    knn: KNNSettings,
+    ledger: PrivacyLedger,
+    subject: Subject,
+    seed: int,
+) -> Labelling:
+    """B.5 / Case 3: the client labels the cloud's ``queries_x`` (e.g. a selection) by private
+    kNN in phi space (``settings``' extractor) and records the release for ``subject`` in
+    ``ledger``; refused before any work when the client's total would exceed
+    ``settings.epsilon_budget``.  Noise and subsamples come from the ``ecos/private-knn`` stream."""
+    if not isinstance(ledger, PrivacyLedger):
+        raise ValueError(f"ledger must be a PrivacyLedger; got {type(ledger).__name__}.")
+    settings = _check_settings(settings)
+    client_x, queries_x = _check_images("client", client_x), _check_images("query", queries_x)
+    if not isinstance(client_y, torch.Tensor) or client_y.shape != (len(client_x),):
+        raise ValueError(f"client labels must be a tensor of {len(client_x)} class indices (one per client image).")
+    spend, expected = _spend(ledger, subject, settings, plan_labelling(settings, knn, len(queries_x)))
+    rng = numpy_generator(checks.integer("seed", seed), "ecos/private-knn")
+    answer, seconds = _timed(lambda: private_knn_labels(
+        settings.features(client_x), client_y.numpy(), settings.features(queries_x), num_classes, knn, rng
+    ))
+    return Labelling(answer, _record(ledger, subject, spend, expected), seconds)

@@ -77,7 +77,8 @@ from ..seeding import numpy_generator
 from . import seed_stats as st
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 
-CLOUDS = ("ID+OoD", "OoD")
+CLOUDS = ("ID+OoD", "OoD")  # the clouds of Table 5.2's protocol
+SPLITS = ("ID", *CLOUDS)  # B.8's client / cloud splits (Table 5.1 adds an in-distribution-only cloud)
 DOMAIN_NAMES = tuple(DOMAINS)
 NUM_CLASSES = 10
 BASE_METHODS = ("ecos", "k_center", "random")  # Table 5.2's rows; proximity-only is the ablation
@@ -205,14 +206,16 @@ def split_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """B.8: sorted (client rows, cloud rows) of a training set whose rows belong to ``domain``.
     ``"OoD"``: the client holds its domain, the cloud every other row; ``"ID+OoD"``: the client
-    holds a random half (rounded down) of its domain, the cloud the rest of the rows."""
-    if cloud not in CLOUDS:
-        raise ValueError(f"unknown cloud setting {cloud!r}; choose one of {CLOUDS}.")
+    holds a random half (rounded down) of its domain, the cloud the rest of the rows; ``"ID"``
+    (Table 5.1's first row): the same half, the cloud only the other half of the domain."""
+    if cloud not in SPLITS:
+        raise ValueError(f"unknown cloud setting {cloud!r}; choose one of {SPLITS}.")
     own = np.flatnonzero(np.asarray(domain) == client_domain)
     if own.size < 2:
         raise ValueError(f"client domain {client_domain} has {own.size} rows; the split needs at least 2.")
     client = own if cloud == "OoD" else np.sort(rng.permutation(own)[: own.size // 2])
-    return client, np.setdiff1d(np.arange(len(domain)), client)
+    rest = own if cloud == "ID" else np.arange(len(domain))
+    return client, np.setdiff1d(rest, client)
 
 
 #: The pipeline's selection method of each run's method.
