@@ -19,5 +19,6 @@ from . import adds_tables  # noqa: F401
 from . import fedfed_tables  # noqa: F401
 from . import ecos_tables  # noqa: F401
 from . import ecos_labelling  # noqa: F401
+from . import ecos_sweeps  # noqa: F401
 
 __all__ = ["EXPERIMENTS", "ExperimentContext", "ExperimentReport", "ResultRow", "write_results"]
