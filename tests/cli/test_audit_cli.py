@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from fedveil.cli.main import main
 
@@ -32,13 +31,9 @@ CLIENT_LEVEL = [
 
 
 @pytest.fixture(autouse=True)
-def in_tmp_and_one_thread(tmp_path, monkeypatch):
+def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "run.toml").write_text(CONFIG)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def audit(capsys, *argv):

@@ -24,13 +24,9 @@ TINY = [
 
 
 @pytest.fixture(autouse=True)
-def in_tmp_and_one_thread(tmp_path, monkeypatch):
-    """Run every command from an empty folder (a default --out lands there) on one thread."""
+def in_tmp(tmp_path, monkeypatch):
+    """Run every command from an empty folder (a default --out lands there)."""
     monkeypatch.chdir(tmp_path)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -112,6 +112,12 @@ def test_the_quick_table_5_4_run_composes_the_ecos_upload_and_the_labelling(tmp_
     assert "ECOS >= Random (average accuracy %)" in verdicts
 
 
+def test_table_5_1_trains_supervised_and_table_5_4_with_fixmatch():
+    assert el.knn_study(False).trainer == el.knn_study(True).trainer == "supervised"
+    assert el.labelling_study(False).trainer == el.labelling_study(True).trainer == "fixmatch"
+    assert el.labelling_study(False).knn.per_class == 12 and el.knn_study(False).knn.per_class is None
+
+
 def test_bad_studies_are_refused():
     with pytest.raises(ValueError, match="table must be '5.1' or '5.4'"):
         el.LabellingStudy(table="5.2")

@@ -29,15 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: intra-op threads only contend on a busy 2-core machine (20x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def no_run_plots(monkeypatch):
     """Each run's own PNGs take ~1 s; the studies' figures are still drawn."""

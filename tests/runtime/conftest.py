@@ -1,14 +1,4 @@
 import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models train far faster on one thread, and pytest -n 2 already fills two cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

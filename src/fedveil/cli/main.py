@@ -1,4 +1,4 @@
-"""``fedveil`` command line: run, audit, report, reproduce, and list what exists.
+"""``fedveil`` command line: run, audit, ecos, report, reproduce, and list what exists.
 
 Every user error (bad config value, missing data, a run directory that already holds a
 run) ends the command with one readable line on stderr and exit status 2, before any
@@ -64,6 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, help="seed of the trials (default: the run's seed)")
     audit.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     audit.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    ecos = sub.add_parser(
+        "ecos", help="run one ECOS job: select cloud samples for a client, label, train, score",
+        description="Run one ECOS job (spec 000 part 2, PART B; docs/ecos.md): plan and print the client's "
+        "epsilon, split client and cloud rows, select cloud samples from the client's noisy coverage upload, label "
+        "them (truly or by the client's private kNN), train the cloud's model and score it on the client's domain. "
+        "A rerun in the same --out folder reuses the stages already written.",
+    )
+    ecos.add_argument(
+        "items", nargs="+", metavar="CONFIG.toml [key=value ...]",
+        help="an ECOS config (examples/ecos_digits.toml) and overrides such as ecos.budget=400 or "
+        "labels.source=private_knn",
+    )
+    ecos.add_argument("--out", help="job folder (default: runs/ecos-<client>-<method>-<time>)")
+    ecos.add_argument("--quiet", action="store_true", help="no progress lines (the summary is still printed)")
 
     report = sub.add_parser("report", help="(re)draw the plots of a run directory")
     report.add_argument("run_dir", metavar="RUN_DIR")
@@ -235,6 +250,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_PRIVACY_VIOLATION if audit.violated else 0
 
 
+# ---------------------------------------------------------------------------- ecos
+
+
+def cmd_ecos(args: argparse.Namespace) -> int:
+    from ..ecos.config import load_ecos_config
+    from ..ecos.job import format_summary, run_job
+
+    path, overrides = split_items(args.items)
+    if path is None:
+        raise ConfigError("fedveil ecos needs a config file, e.g. examples/ecos_digits.toml")
+    try:
+        config = load_ecos_config(path, overrides)
+        client = config.data.client_domain
+        if isinstance(client, int):
+            from ..data.loaders.digit_domains import DOMAINS
+
+            known = list(DOMAINS) if config.data.name == "digit_domains_synthetic" else []
+            client = known[client] if client < len(known) else f"domain{client}"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out) if args.out else Path("runs") / f"ecos-{client}-{config.ecos.method}-{stamp}"
+        summary = run_job(config, out, progress=not args.quiet)
+    except USER_ERRORS:
+        raise
+    except ValueError as err:  # a bad value the ecos modules refused: one line, like a config error
+        raise ConfigError(" ".join(str(err).split())) from None
+    if args.quiet:
+        print(format_summary(summary, out).lstrip("\n"))
+    return 0
+
+
 # -------------------------------------------------------------------------- others
 
 
@@ -349,6 +394,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run,
     "audit": cmd_audit,
+    "ecos": cmd_ecos,
     "report": cmd_report,
     "evaluate": cmd_evaluate,
     "datasets": cmd_datasets,

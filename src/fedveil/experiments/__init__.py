@@ -18,6 +18,7 @@ from . import splitmix_variants  # noqa: F401
 from . import adds_tables  # noqa: F401
 from . import fedfed_tables  # noqa: F401
 from . import ecos_tables  # noqa: F401
+from . import ecos_domainnet  # noqa: F401
 from . import ecos_labelling  # noqa: F401
 from . import ecos_sweeps  # noqa: F401
 

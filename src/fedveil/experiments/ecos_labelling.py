@@ -51,10 +51,11 @@ from ..ecos.cloud_training import CloudSGD, accuracy, train_classifier
 from ..ecos.coverage import coverage_release
 from ..ecos.pipeline import CloudPool, ECOSSettings, label, select
 from ..ecos.private_knn import KNNSettings, labelling_release, private_knn_labels
+from ..ecos.splits import split_rows
 from ..privacy.ledger import PrivacyLedger
 from ..seeding import numpy_generator
 from . import seed_stats as st
-from .ecos_tables import DOMAIN_NAMES, NUM_CLASSES, default_ecos, load_domains, split_rows
+from .ecos_tables import DOMAIN_NAMES, NUM_CLASSES, default_ecos, load_domains, matching, seed_means
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 
 Record = dict[str, Any]
@@ -98,7 +99,7 @@ class LabellingStudy:
     methods: list[str] = field(default_factory=lambda: ["ecos", "k_center", "random"])
     budget: int = 1000
     paper_budget: int = 5000
-    trainer: str = "fixmatch"
+    trainer: str = "fixmatch"  # Table 5.1 trains supervised ("train a classifier"), Table 5.4 with FixMatch (B.6)
     # the K diagnostic
     k_grid: list[int] = field(default_factory=lambda: [25, 50, 100, 200])
     diagnostic_seed: int = 0
@@ -117,8 +118,8 @@ class LabellingStudy:
 def knn_study(quick: bool) -> LabellingStudy:
     """Table 5.1's full study, or the quick one (one domain and seed, 60 rows per domain)."""
     if not quick:
-        return LabellingStudy(table="5.1")
-    return LabellingStudy(table="5.1", sgd=CloudSGD(epochs=5), knn=KNNSettings(k=10, per_class=None), domains=[1],
+        return LabellingStudy(table="5.1", trainer="supervised")
+    return LabellingStudy(table="5.1", trainer="supervised", sgd=CloudSGD(epochs=5), knn=KNNSettings(k=10, per_class=None), domains=[1],
                           seeds=[1], rows_per_domain=60, test_rows_per_domain=20,
                           cells=[("ID", 10, 1000), ("ID+OoD", 10, 1000), ("ID+OoD", 100, 8000)],
                           k_grid=[5, 10], diagnostic_queries=40)
@@ -128,7 +129,7 @@ def labelling_study(quick: bool) -> LabellingStudy:
     """Table 5.4's full study, or the quick one."""
     per_class = KNNSettings(k=200, per_class=12)
     if not quick:
-        return LabellingStudy(table="5.4", knn=per_class, sgd=CloudSGD(epochs=1, steps=400))
+        return LabellingStudy(table="5.4", knn=per_class, sgd=CloudSGD(epochs=1, steps=400, batch_size=16))
     return LabellingStudy(table="5.4", knn=KNNSettings(k=10, per_class=3), sgd=CloudSGD(epochs=1, steps=20),
                           domains=[1], seeds=[1], rows_per_domain=60, test_rows_per_domain=20, budget=60,
                           k_grid=[5, 10], diagnostic_queries=40)
@@ -236,16 +237,6 @@ def run_study(ctx: ExperimentContext, study: LabellingStudy, progress: bool = Tr
 
 
 # --- aggregation ---------------------------------------------------------------------------
-
-
-def matching(records: list[Record], **keys: Any) -> list[Record]:
-    return [r for r in records if all(r[k] == v for k, v in keys.items())]
-
-
-def seed_means(records: list[Record], key: str, **keys: Any) -> list[float]:
-    """Per seed, the mean of ``key`` over the client domains of the matching records."""
-    chosen = matching(records, **keys)
-    return [st.mean([r[key] for r in chosen if r["seed"] == s]) for s in sorted({r["seed"] for r in chosen})]
 
 
 def accuracy_cell(runs: list[Record], domains: list[int]) -> str:

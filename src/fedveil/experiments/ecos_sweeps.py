@@ -35,9 +35,10 @@ from ..data.source import DataSource
 from ..ecos.coverage import coverage_counts, private_coverage
 from ..ecos.pipeline import CloudPool, ECOSSettings, plan
 from ..ecos.selection import ecos_select
+from ..ecos.splits import split_rows
 from ..seeding import numpy_generator
 from . import seed_stats as st
-from .ecos_tables import DOMAIN_NAMES, default_ecos, load_domains, split_rows
+from .ecos_tables import DOMAIN_NAMES, default_ecos, load_domains, seed_means
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 
 Record = dict[str, Any]
@@ -104,11 +105,6 @@ def run_study(ctx: ExperimentContext, study: SweepStudy, progress: bool = True) 
     for d, seed in tqdm(jobs, desc="ecos_sweeps", unit="client", disable=not progress, dynamic_ncols=True):
         records += run_client(source, study, d, seed)
     return records
-
-
-def seed_means(records: list[Record], key: str, **keys: Any) -> list[float]:
-    chosen = [r for r in records if all(r[k] == v for k, v in keys.items())]
-    return [st.mean([r[key] for r in chosen if r["seed"] == s]) for s in sorted({r["seed"] for r in chosen})]
 
 
 def best_R(records: list[Record], budget: int, Rs: list[int]) -> int:

@@ -72,13 +72,12 @@ from ..ecos.cloud_training import CloudSGD, accuracy, train_classifier
 from ..ecos.coverage import coverage_counts, coverage_release
 from ..ecos.pipeline import CloudPool, ECOSSettings, select
 from ..ecos.selection import ecos_select
+from ..ecos.splits import CLOUDS, split_rows
 from ..privacy.ledger import PrivacyLedger
 from ..seeding import numpy_generator
 from . import seed_stats as st
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 
-CLOUDS = ("ID+OoD", "OoD")  # the clouds of Table 5.2's protocol
-SPLITS = ("ID", *CLOUDS)  # B.8's client / cloud splits (Table 5.1 adds an in-distribution-only cloud)
 DOMAIN_NAMES = tuple(DOMAINS)
 NUM_CLASSES = 10
 BASE_METHODS = ("ecos", "k_center", "random")  # Table 5.2's rows; proximity-only is the ablation
@@ -199,23 +198,6 @@ def load_domains(ctx: ExperimentContext, study: ECOSStudy) -> DataSource:
         ctx.data_dir("mnist-10k", "mnist"), download=False, seed=0, rows_per_domain=study.rows_per_domain,
         test_rows_per_domain=study.test_rows_per_domain, size=study.size,
     )
-
-
-def split_rows(
-    domain: np.ndarray, client_domain: int, cloud: str, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """B.8: sorted (client rows, cloud rows) of a training set whose rows belong to ``domain``.
-    ``"OoD"``: the client holds its domain, the cloud every other row; ``"ID+OoD"``: the client
-    holds a random half (rounded down) of its domain, the cloud the rest of the rows; ``"ID"``
-    (Table 5.1's first row): the same half, the cloud only the other half of the domain."""
-    if cloud not in SPLITS:
-        raise ValueError(f"unknown cloud setting {cloud!r}; choose one of {SPLITS}.")
-    own = np.flatnonzero(np.asarray(domain) == client_domain)
-    if own.size < 2:
-        raise ValueError(f"client domain {client_domain} has {own.size} rows; the split needs at least 2.")
-    client = own if cloud == "OoD" else np.sort(rng.permutation(own)[: own.size // 2])
-    rest = own if cloud == "ID" else np.arange(len(domain))
-    return client, np.setdiff1d(rest, client)
 
 
 #: The pipeline's selection method of each run's method.
@@ -433,14 +415,23 @@ def claim_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
 
 
 def diagnostic_rows(study: ECOSStudy, diagnostic: list[Record]) -> list[ResultRow]:
-    """:func:`extractor_diagnostic`'s in-distribution shares per extractor and budget (per
-    client domain and their mean), and whether the study's phi has the highest mean share."""
-    if not diagnostic:
-        return []
-    names = " / ".join(DOMAIN_NAMES[d] for d in study.domains)
+    """:func:`extractor_diagnostic`'s in-distribution shares (see :func:`extractor_choice_rows`)."""
     e = study.ecos
     setting = (f"phi diagnostic: ID+OoD, seed {study.diagnostic_seed}, exact counts, R = {e.R}, s = {e.scale_s:g}, "
                f"{e.cap} cap")
+    return extractor_choice_rows(setting, [DOMAIN_NAMES[d] for d in study.domains], study, diagnostic,
+                                 "no number (the paper's phi: HOG or a pretrained ResNet18)")
+
+
+def extractor_choice_rows(setting: str, domain_names: list[str], study: Any, diagnostic: list[Record],
+                          paper: str) -> list[ResultRow]:
+    """A phi diagnostic's in-distribution shares per extractor and budget (per client domain
+    and their mean), and whether the study's phi has the highest mean share.  ``study`` has
+    ``ecos``, ``domains``, ``budgets`` and ``diagnostic_extractors``; ``diagnostic`` records
+    carry ``extractor``, ``domain``, ``budget``, ``id_share`` and ``pool_id_share``."""
+    if not diagnostic:
+        return []
+    e, names = study.ecos, " / ".join(domain_names)
     pool_share = st.mean([r["pool_id_share"] for r in diagnostic])
     rows, means = [], {}
     for name, (extractor, options) in study.diagnostic_extractors.items():
@@ -451,8 +442,7 @@ def diagnostic_rows(study: ECOSStudy, diagnostic: list[Record]) -> list[ResultRo
             means.setdefault(name, []).append(mean)
             rows.append(ResultRow(setting, f"{name} ({extractor} {options}): in-distribution share % at B={budget}, "
                                            f"{names} / Avg (pool: {100 * pool_share:.1f}%)",
-                                  " / ".join(cells + [f"{100 * mean:.1f}"]),
-                                  "no number (the paper's phi: HOG or a pretrained ResNet18)"))
+                                  " / ".join(cells + [f"{100 * mean:.1f}"]), paper))
     chosen = [n for n, (x, o) in study.diagnostic_extractors.items() if (x, o) == (e.extractor, e.extractor_options)]
     best = max(means, key=lambda n: st.mean(means[n]))
     measured = "; ".join(f"{n}: {100 * st.mean(v):.1f}%" for n, v in means.items())

@@ -1,0 +1,216 @@
+"""``fedveil ecos``: one ECOS job end to end on tiny MNIST files (60 + 20 rows per domain), its
+config's checks, its reuse of written stages (no second privacy release) and the CLI."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import fedveil.ecos.job as job
+from fedveil.cli.main import main
+from fedveil.ecos.config import load_ecos_config
+from fedveil.ecos.pipeline import plan, plan_labelling
+from fedveil.errors import ConfigError
+from fedveil.privacy.ledger import PrivacyLedger
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ecos_digits.toml"
+FILES = ("config.json", "selection.json", "ledger.json", "summary.json")
+
+
+def tiny_config(folder: Path, data_root: Path, labels: str = "true", extra: str = "") -> Path:
+    """A tiny job's TOML (root relative to the file's folder, as a user would write it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tiny.toml"
+    root = Path(os.path.relpath(data_root / "mnist-10k", folder))  # relative to the file's folder
+    path.write_text(f"""
+seed = 3
+[data]
+name = "digit_domains_synthetic"
+root = "{root.as_posix()}"
+options = {{ rows_per_domain = 60, test_rows_per_domain = 20, size = 16, seed = 0 }}
+client_domain = "svhn_like"
+cloud = "ID+OoD"
+[ecos]
+method = "ecos"
+budget = 40
+R = 10
+[labels]
+source = "{labels}"
+k = 5
+per_class = 2
+[cloud]
+epochs = 2
+{extra}
+""")
+    return path
+
+
+def read(folder: Path, name: str):
+    return json.loads((folder / name).read_text())
+
+
+def test_a_job_with_true_labels_writes_its_files_and_spends_the_planned_epsilon(tmp_path, mnist_data_root):
+    config = load_ecos_config(tiny_config(tmp_path / "cfg", mnist_data_root))
+    assert Path(config.data.root) == (mnist_data_root / "mnist-10k").resolve()  # read against the file's folder
+    out = tmp_path / "job"
+    summary = job.run_job(config, out, progress=False)
+    assert all((out / name).is_file() for name in FILES) and not (out / "labels.json").exists()
+    assert read(out, "config.json") == json.loads(json.dumps(config.to_dict()))
+    expected = plan(config.ecos.settings).epsilon
+    assert summary["epsilon"] == pytest.approx(expected, rel=1e-9) and summary["planned_epsilon"] == summary["epsilon"]
+    ledger = read(out, "ledger.json")
+    assert ledger["epsilon"] == pytest.approx(expected, rel=1e-9) and ledger["releases"] == ["ecos/coverage"]
+    assert PrivacyLedger.from_state_dict(ledger["ledger"]).epsilon("svhn_like", 1e-5) == pytest.approx(expected)
+    selection = read(out, "selection.json")
+    assert selection["selected"] == len(selection["rows"]) == len(selection["indices"]) == summary["selected"] <= 40
+    assert selection["client_rows"] == 30 and selection["pool_rows"] == 270  # half of domain 1; the rest of 300 rows
+    assert selection["summary_bytes"] == 4 * 10 + 24 == summary["upload_bytes"]
+    assert summary["client_data_bytes"] == 30 * 3 * 16 * 16 and summary["download_bytes"] > 0
+    assert 0.0 <= summary["accuracy"] <= 1.0 and summary["test_rows"] == 20 and summary["client"] == "svhn_like"
+    assert set(summary["seconds"]) >= {"cloud_features", "clustering", "client_summary", "selection", "labelling",
+                                       "training"}
+    assert summary["reused"] == []
+
+
+def test_private_knn_labels_compose_both_releases_in_the_ledger(tmp_path, mnist_data_root):
+    config = load_ecos_config(tiny_config(tmp_path / "cfg", mnist_data_root, labels="private_knn"))
+    out = tmp_path / "job"
+    summary = job.run_job(config, out, progress=False)
+    labels = read(out, "labels.json")
+    assert labels["queries"] == summary["selected"] and labels["released"] == summary["labelled"] <= 20
+    settings = config.ecos.settings
+    releases = [*plan(settings).releases, *plan_labelling(settings, config.labels.knn, labels["queries"]).releases]
+    expected = PrivacyLedger(settings.accountant).epsilon_of(releases, settings.delta)
+    assert summary["epsilon"] == pytest.approx(expected, rel=1e-9) == read(out, "ledger.json")["epsilon"]
+    assert read(out, "ledger.json")["releases"] == ["ecos/coverage", "ecos/private-knn"]
+    assert summary["planned_epsilon"] >= summary["epsilon"]  # planned at the budget's 40 queries
+    assert summary["upload_bytes"] == 4 * 10 + 24 + 5 * labels["released"]
+
+
+def test_a_rerun_after_a_crash_reuses_the_selection_and_records_no_second_release(tmp_path, mnist_data_root,
+                                                                                  monkeypatch):
+    config = load_ecos_config(tiny_config(tmp_path / "cfg", mnist_data_root, labels="private_knn"))
+    out = tmp_path / "job"
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("crash in the labelling")
+
+    with monkeypatch.context() as patch:  # the selection is written, then the job dies
+        patch.setattr(job, "label", crash)
+        with pytest.raises(RuntimeError, match="crash"):
+            job.run_job(config, out, progress=False)
+    assert (out / "selection.json").exists() and not (out / "labels.json").exists()
+    after_selection = read(out, "ledger.json")
+    assert after_selection["releases"] == ["ecos/coverage"]
+
+    def no_second_selection(*args, **kwargs):
+        raise AssertionError("the selection was redone")
+
+    monkeypatch.setattr(job, "select", no_second_selection)
+    summary = job.run_job(config, out, progress=False)
+    assert summary["reused"] == ["selection"]
+    ledger = read(out, "ledger.json")
+    assert ledger["releases"] == ["ecos/coverage", "ecos/private-knn"]  # one coverage release, not two
+    assert ledger["ledger"]["records"][:1] == after_selection["ledger"]["records"]
+
+    (out / "summary.json").unlink()  # a crash in the training: both private stages are read back
+    monkeypatch.setattr(job, "label", crash)
+    again = job.run_job(config, out, progress=False)
+    assert again["reused"] == ["selection", "labelling"]
+    assert read(out, "ledger.json") == ledger and again["epsilon"] == summary["epsilon"]
+    assert again["accuracy"] == summary["accuracy"]  # same labels, same seed: the same model
+
+    done = job.run_job(config, out, progress=False)  # complete: its summary as it is
+    assert done == read(out, "summary.json")
+
+
+def test_a_folder_of_another_config_is_refused(tmp_path, mnist_data_root):
+    path = tiny_config(tmp_path / "cfg", mnist_data_root)
+    out = tmp_path / "job"
+    job.run_job(load_ecos_config(path), out, progress=False)
+    before = {name: (out / name).read_text() for name in FILES}
+    with pytest.raises(ConfigError, match=r"holds an ECOS job of another config \(ecos\.budget: 40 there, 20 here\)"):
+        job.run_job(load_ecos_config(path, ["ecos.budget=20"]), out, progress=False)
+    assert {name: (out / name).read_text() for name in FILES} == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds no ECOS job"):
+        job.run_job(load_ecos_config(path), tmp_path / "other", progress=False)
+
+
+def test_a_plan_over_the_epsilon_budget_is_refused_before_any_work(tmp_path, mnist_data_root):
+    config = load_ecos_config(tiny_config(tmp_path / "cfg", mnist_data_root), ["ecos.epsilon_budget=0.01"])
+    with pytest.raises(ConfigError, match=r"^ecos\.epsilon_budget: .*over the budget 0\.01"):
+        job.run_job(config, tmp_path / "job", progress=False)
+    assert not (tmp_path / "job").exists()
+
+
+def test_config_errors_are_one_line_and_name_the_dotted_key(tmp_path, mnist_data_root):
+    path = tiny_config(tmp_path / "cfg", mnist_data_root, extra="[ecos.x]\n")
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[ecos]\nbudjet = 10\n")
+    with pytest.raises(ConfigError) as err:
+        load_ecos_config(typo)
+    message = str(err.value)
+    assert message.startswith("ecos.budjet: unknown key") and "did you mean ecos.budget?" in message
+    assert "\n" not in message
+    cases = {
+        "ecos.R=0": r"^ecos\.R must be an integer >= 1",
+        "data.cloud=\"IID\"": r"^data\.cloud must be one of ID, ID\+OoD, OoD; got 'IID' \(did you mean 'ID'\?\)",
+        "labels.sample_rate=2": r"^labels\.sample_rate must lie in \(0, 1\]",
+        "cloud.fixmatch.threshold=2": r"^cloud\.fixmatch\.threshold must lie in \[0, 1\]",
+        "cloud.model_options.widht=1": r"^cloud\.model_options\.widht: unknown key; did you mean "
+                                       r"cloud\.model_options\.width\?",
+        "ecos.extractor_options.cell=3": r"^ecos\.extractor_options\.cell: unknown key; did you mean",
+        "data.options.rows=3": r"^data\.options\.rows: unknown key",
+        "sample_rate=0.5": r"'sample_rate' is ambiguous: write one of ecos\.sample_rate, labels\.sample_rate",
+    }
+    clean = tiny_config(tmp_path / "clean", mnist_data_root)
+    for override, pattern in cases.items():
+        with pytest.raises(ConfigError, match=pattern):
+            load_ecos_config(clean, [override])
+    with pytest.raises(ConfigError, match=r"^ecos\.x: unknown key"):
+        load_ecos_config(path)
+    assert load_ecos_config(clean, ["budget=7"]).ecos.budget == 7  # a bare key of one setting
+    assert load_ecos_config(clean, ['labels.per_class="all"']).labels.knn.per_class is None
+
+
+def test_the_cli_runs_a_job_and_reports_bad_values_on_one_line(tmp_path, mnist_data_root, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = str(tiny_config(tmp_path / "cfg", mnist_data_root))
+    assert main(["ecos", path, "ecos.R=0", "--out", "bad"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedveil: error: ecos.R must be an integer >= 1")
+    assert not (tmp_path / "bad").exists()
+    # a value only the ecos modules refuse (HOG blocks larger than the cells): one line too
+    assert main(["ecos", path, "ecos.extractor_options.block=9", "--out", "bad_block", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ecos.extractor_options: block (9 cells) cannot exceed cells" in err
+    assert not (tmp_path / "bad_block").exists()
+    assert main(["ecos", path, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "ECOS job: ecos on digit_domains_synthetic, client svhn_like" in out and "[ecos]" not in out
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("ecos-svhn_like-ecos-") and all((folder / n).is_file() for n in FILES)
+    assert main(["ecos", path, "--out", str(folder)]) == 0  # complete: read back
+    assert "holds this job, complete" in capsys.readouterr().out
+
+
+def test_the_example_validates_and_runs_shrunk(tmp_path, mnist_data_root):
+    config = load_ecos_config(EXAMPLE)
+    assert (config.data.client_domain, config.data.cloud, config.ecos.method, config.ecos.budget) == (1, "ID+OoD",
+                                                                                                   "ecos", 1000)
+    assert (config.labels.source, config.cloud.trainer, config.cloud.model) == ("true", "supervised", "lenet")
+    settings = config.ecos.settings
+    assert (settings.extractor, settings.extractor_options, settings.R, settings.sigma, settings.sample_rate) == (
+        "hog_color", {"cells": 4, "bins": 9, "block": 1}, 100, 25.0, 0.8)
+    assert Path(config.data.root) == (EXAMPLE.parent / "../../shared/data/mnist-10k").resolve()
+    assert job.plan_job(config).epsilon <= settings.epsilon_budget
+    shrunk = load_ecos_config(EXAMPLE, [
+        f'data.root="{mnist_data_root / "mnist-10k"}"', "data.options.rows_per_domain=60",
+        "data.options.test_rows_per_domain=20", "ecos.budget=40", "ecos.R=10", "cloud.epochs=1",
+    ])
+    summary = job.run_job(shrunk, tmp_path / "job", progress=False)
+    assert summary["client"] == "svhn_like" and summary["cloud"] == "ID+OoD" and 0 < summary["selected"] <= 40
