@@ -116,6 +116,17 @@ def test_table_5_1_trains_supervised_and_table_5_4_with_fixmatch():
     assert el.knn_study(False).trainer == el.knn_study(True).trainer == "supervised"
     assert el.labelling_study(False).trainer == el.labelling_study(True).trainer == "fixmatch"
     assert el.labelling_study(False).knn.per_class == 12 and el.knn_study(False).knn.per_class is None
+    assert el.knn_study(False).max_steps == 1500 and el.labelling_study(False).max_steps is None
+
+
+def test_the_step_cap_only_shortens_large_budgets(monkeypatch, mnist_data_root, tmp_path):
+    seen = []
+    monkeypatch.setattr(el, "train_classifier", lambda data, *a: seen.append((len(data), a[3].steps)) or a)
+    study = el.LabellingStudy(trainer="supervised", max_steps=50)  # 30 epochs of batch 32
+    source = el.load_domains(ExperimentContext(tmp_path, True, mnist_data_root), el.knn_study(True))
+    for n in (10, 64, 100):
+        el.train_on(study, source, np.arange(n), np.zeros(n, dtype=np.int64), np.arange(0), seed=0)
+    assert seen == [(10, 30), (64, 50), (100, 50)]  # 30 x ceil(10/32) = 30; 30 x 2 = 60 -> 50; 30 x 4 -> 50
 
 
 def test_bad_studies_are_refused():
