@@ -87,3 +87,34 @@ def test_unsampled_silo_evaluates_the_common_initial_model():
     run = run_rounds(alg, 1, cohorts=[[0, 1]])
     assert_params_equal(alg.personal_params(run.server, None, make_task(alg, 2, 1)), run.server["params"])
     assert torch.equal(run.clients[2]["params"]["weight"], initial_params(alg.ctx.model)["weight"])
+
+
+def test_partial_cohorts_keep_the_mean_of_the_personal_models_exact():
+    """Cohorts of 2 of 3 silos, a silo's state made at its first round from the current mean
+    (as the simulation does): after every round w_bar is the size-weighted mean of the
+    personal models of the silos seen so far, computed by hand."""
+    alg = make_algorithm("mr_mtl", lam=0.5, client={"batch_size": 2, "lr": 0.1})
+    sizes = [len(c.train) for c in alg.ctx.data.clients]
+    server, clients = alg.init_server(initial_params(alg.ctx.model)), {}
+    for r, cohort in enumerate([[0, 1], [1, 2], [0, 2], [2, 1]]):
+        results = []
+        for cid in cohort:
+            state = clients.get(cid) or alg.init_client(cid, server)
+            result = alg.client_update(server, state, make_task(alg, cid, r))
+            clients[cid] = result.state
+            results.append((cid, result.message))
+        server = alg.aggregate(server, results, r)
+        seen = sorted(clients)
+        by_hand = P.weighted_mean([clients[c]["params"] for c in seen], [sizes[c] for c in seen])
+        assert_params_close(server["params"], by_hand, atol=1e-12)
+    assert sizes[0] != sizes[1] or sizes[1] != sizes[2]  # the weighting is exercised
+
+
+def test_peer_aggregation_refuses_a_partial_cohort_before_training():
+    from fedveil.errors import ConfigError
+
+    alg = make_algorithm("mr_mtl", aggregator="peer")
+    server = alg.init_server(initial_params(alg.ctx.model))
+    assert alg.configure_round(server, [0, 1, 2], 0) is server
+    with pytest.raises(ConfigError, match="aggregator = 'peer' needs every silo in every round .* 2 of 3"):
+        alg.configure_round(server, [0, 2], 0)

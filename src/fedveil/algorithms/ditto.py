@@ -8,6 +8,10 @@ plan accounts twice the DP-SGD steps and each silo's noise is larger (the "priva
 overhead" of §1.4 / Fig. 1.4). Without DP, lambda interpolates between local (0) and
 FedAvg (large lambda). The regulariser's gradient joins each per-example gradient before
 clipping (``reg_in_clip``), as in [C1] (see :mod:`fedveil.algorithms.mean_regularized`).
+
+Personal initialisation: a silo's v_k is created at its first participation as a copy of
+the global model of that round (with every silo in round 0, the common initial model, as
+in Li et al.; under partial participation a late silo starts from the current w_bar).
 """
 from __future__ import annotations
 

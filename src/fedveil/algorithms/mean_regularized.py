@@ -13,12 +13,19 @@ Decisions on the spec's discrepancies (§8):
   clipping ([C1]; ``reg_in_clip``, default true). ``reg_in_clip = false`` adds it after the
   noise instead, which is equally private (post-processing). The objective is the
   thesis's lambda/2 ||.||^2 ([C2]'s code uses lambda ||.||^2: its lambda is half ours).
-* The mean: every silo starts from the same model, so the server recursion
-  w_bar <- w_bar + sum_k p_k (w_k^new - w_k^old) keeps w_bar = sum_k p_k w_k exactly
-  (``aggregator = "server"``). ``aggregator = "peer"`` has each silo broadcast its
-  model and every peer average the models it received (no trusted server: each w_k
-  is already (eps_k, delta_k)-DP, so the mean costs no privacy, §1.3). With all silos
-  taking part every round, as in the paper, both give the same w_bar.
+* The mean (``aggregator = "server"``): w_bar is the p-weighted mean of the personal models
+  of the silos that have taken part so far, S (a silo that never trained has no personal
+  model yet; at its first round it starts from the current w_bar). The server keeps each
+  seen silo's weight and updates w_bar <- w_bar + sum_{k in C} p_k (w_k^new - w_k^old) /
+  sum_{k in S} p_k after a round of cohort C (S grown by C's newcomers, whose w_k^old is
+  the w_bar they started from). That keeps w_bar = sum_S p_k w_k / sum_S p_k exactly also
+  under partial participation; normalising by the cohort's weights instead would let w_bar
+  drift. With every silo in every round, as in the paper, S is all silos from round 0 on.
+* ``aggregator = "peer"`` has each silo broadcast its model and every peer average the
+  models it received (no trusted server: each w_k is already (eps_k, delta_k)-DP, so the
+  mean costs no privacy, §1.3). It needs every silo in every round (the average of one
+  round's broadcasts is the mean of all personal models only then): a smaller cohort is
+  refused when the run plans its first round.
 * Weights p_k = n_k / sum n_j ([C1] default) or 1/K (``weighting = "uniform"``).
 
 Privacy: the same DP-SGD steps as Local or FedAvg, so the same noise (zero overhead).
@@ -31,6 +38,7 @@ from pydantic import Field
 
 from .. import params as P
 from ..engine.grad_terms import AffineGradTerm
+from ..errors import ConfigError
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
 
 
@@ -63,8 +71,19 @@ class MRMTL(Algorithm):
     Params = MRMTLParams
     has_personal_models = True
 
+    def init_server(self, initial: P.Params) -> State:
+        return {"params": initial, "seen": {}}  # seen: silo -> its weight p_k, once it has trained
+
     def init_client(self, client_id: int, server_state: State) -> State:
-        return {"params": P.clone(server_state["params"])}  # identical initialisation ([C1])
+        return {"params": P.clone(server_state["params"])}  # the current mean (round 0: identical, [C1])
+
+    def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
+        if self.hp.aggregator == "peer" and len(cohort) < self.ctx.num_clients:
+            raise ConfigError(
+                f"algorithm.aggregator = 'peer' needs every silo in every round (round {round_idx} has "
+                f"{len(cohort)} of {self.ctx.num_clients}); use aggregator = 'server' for partial participation"
+            )
+        return server_state
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = client_state["params"]
@@ -84,8 +103,10 @@ class MRMTL(Algorithm):
         weights = [m["weight"] for m in messages]
         if self.hp.aggregator == "peer":
             return {**server_state, "params": P.weighted_mean([m["params"] for m in messages], weights)}
+        seen = {**server_state.get("seen", {}), **{cid: m["weight"] for cid, m in results}}
         mean_delta = P.weighted_mean([m["delta"] for m in messages], weights)
-        return {**server_state, "params": P.add(server_state["params"], mean_delta)}
+        share = sum(weights) / sum(seen.values())  # 1 when every seen silo is in the cohort
+        return {**server_state, "params": P.add(server_state["params"], mean_delta, share), "seen": seen}
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
         if client_state is None:  # never sampled: still the common initial model

@@ -3,6 +3,10 @@
 Clients train exactly as in FedAvg; the server treats the averaged update
 Delta = sum_k p_k (w_k - w) as a (negative) pseudo-gradient and feeds it to an
 optimiser whose state (m, v) lives in the server state, so it is checkpointed with it.
+
+Weights: p_k default to the clients' training-set sizes (``weighting = "samples"``, as
+FedAvg); Reddi et al. (2021, "Adaptive Federated Optimization") average the cohort's
+updates uniformly, which is ``weighting = "uniform"``.
 """
 from __future__ import annotations
 
