@@ -35,6 +35,19 @@ def test_class_non_iid_clients_hold_three_classes_and_train_with_the_masked_loss
     assert iid.client.loss == "auto" and iid.data.partition.name == "iid" and iid.client.lr == 0.1
 
 
+def test_split_mix_and_heterofl_read_the_budgets_as_the_same_fractions_of_x1(tmp_path):
+    """x1 is real width 0.25: a client of budget x0.125 trains one of the 8 bases (Split-Mix
+    reads real widths) and HeteroFL's x0.125 slice (fractions of the model's width)."""
+    ctx = ExperimentContext(out_dir=tmp_path, quick=False, data_root=tmp_path)
+    study = tiny("iid")
+    study.clients = 8
+    split_mix = Simulation.from_config(validate(run_config(ctx, study, "split_mix", 0, None))).algorithm
+    assert split_mix.bases_per_client == [1, 1, 2, 2, 4, 4, 8, 8]
+    heterofl = Simulation.from_config(validate(run_config(ctx, study, "heterofl", 0, None))).algorithm
+    assert heterofl.budgets == [0.125, 0.125, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    assert study.full_width * 0.125 == split_mix.base_width  # one base is x0.125 of the x1 family
+
+
 def test_the_study_trains_every_method_and_scores_every_width(tmp_path):
     ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path)
     report = sc.run_experiment(ctx, {"iid": tiny("iid")}, progress=False)

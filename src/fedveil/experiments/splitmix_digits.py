@@ -94,6 +94,8 @@ def run_config(ctx: ExperimentContext, study: SplitMixStudy, method: str, seed: 
     algorithm: dict[str, Any] = {"name": method}
     if method == "split_mix":
         model["options"]["bases"] = round(1 / WIDTHS[0])
+        if study.full_width != 1.0:  # Split-Mix reads budgets as real widths, (S)HeteroFL as fractions of x1
+            algorithm["budgets"] = served_widths(study, method)
     return {
         "seed": seed,
         "data": study.data_section(ctx),
@@ -105,6 +107,13 @@ def run_config(ctx: ExperimentContext, study: SplitMixStudy, method: str, seed: 
         "eval": {"every": study.rounds, "batch_size": 128},
         "checkpoint": {"every": 10},
     }
+
+
+def served_widths(study: SplitMixStudy, method: str) -> list[float]:
+    """The widths x0.125 .. x1 as ``method`` reads them: Split-Mix's budgets and test-time
+    widths are real widths (``full_width`` times the fraction), HeteroFL's and SHeteroFL's
+    fractions of the model's width."""
+    return [study.full_width * w for w in WIDTHS] if method == "split_mix" else list(WIDTHS)
 
 
 def jobs(ctx: ExperimentContext, study: SplitMixStudy) -> list[tuple[str, int, float | None, dict, Path]]:
@@ -128,8 +137,9 @@ def run_study(ctx: ExperimentContext, study: SplitMixStudy, progress: bool = Tru
         run_once(config, out)
         by_width = results.setdefault(method, {})
         if width is None:
-            for row in evaluate_saved(out, list(WIDTHS)):
-                by_width.setdefault(row["width"], []).append(row["accuracy"])
+            served = served_widths(study, method)
+            for w, row in zip(WIDTHS, evaluate_saved(out, served)):
+                by_width.setdefault(w, []).append(row["accuracy"])
         else:
             by_width.setdefault(width, []).append(evaluate_saved(out)[0]["accuracy"])
     return results
