@@ -436,6 +436,9 @@ def plot(study: LabellingStudy, records: list[Record], path: Path) -> None:
                 ax.errorbar(budgets, [st.mean(v) for v in values], yerr=[st.std(v) for v in values], marker="o",
                             capsize=3, label=f"{cloud} cloud")
             ax.set_xscale("log")
+            budgets = sorted({b for _, b, _ in study.cells})
+            ax.set_xticks(budgets, [str(b) for b in budgets])
+            ax.minorticks_off()
             ax.set_xlabel("budget B (random queries, all labelled)")
         else:
             values = [seed_means(records, key, method=m) for m in study.methods]

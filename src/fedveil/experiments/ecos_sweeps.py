@@ -177,6 +177,8 @@ def plot(study: SweepStudy, records: list[Record], path: Path) -> None:
                         capsize=3, label=name.format(R=R, s=s))
         ax.set_xlabel("budget B")
         ax.set_xscale("log")
+        ax.set_xticks(study.budgets, [str(b) for b in study.budgets])
+        ax.minorticks_off()
         ax.legend(fontsize=8)
     axes[0].set_ylabel("in-distribution share of the selection")
     axes[0].set_title("Fig. D.1: compression size R (s = 1)")
