@@ -51,3 +51,11 @@ def test_the_contact_claim_compares_the_fewest_and_the_most_clients():
     results[("all", "split_mix")][1.0] = [0.8, 0.81]
     rows = {r.metric: r for r in sb.rows_of(results, study)}
     assert rows["Split-Mix x1: fewer clients per round, lower accuracy"].verdict == "holds"
+
+
+def test_the_figure_has_one_panel_per_setting(tmp_path):
+    study = sb.variant_study("budgets", quick=True)
+    widths = (0.125, 0.25, 0.5, 1.0)
+    results = {(s, m): {w: [0.5, 0.6] for w in widths} for s in study.settings for m in ("split_mix", "baseline")}
+    sb.plot(study, results, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").stat().st_size > 0

@@ -145,8 +145,41 @@ def scale_notes(study: VariantStudy, quick: bool) -> list[str]:
     return notes
 
 
+def plot(study: VariantStudy, results: Results, path) -> None:
+    """Accuracy against width (mean ± std over seeds), Split-Mix vs the baseline, one panel per setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(study.settings))
+    rows = -(-len(study.settings) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False, sharey=True)
+    for ax, setting in zip(axes.flat, study.settings):
+        baseline = "HeteroFL" if baseline_of(study, setting) == "heterofl" else "SHeteroFL"
+        for method, label in (("split_mix", "Split-Mix"), ("baseline", baseline)):
+            got = results[(setting, method)]
+            ax.errorbar(range(len(WIDTHS)), [st.mean(got[w]) for w in WIDTHS], yerr=[st.std(got[w]) for w in WIDTHS],
+                        marker="o", capsize=3, label=label)
+        ax.set_xticks(range(len(WIDTHS)), [f"x{w:g}" for w in WIDTHS])
+        ax.set_title(setting if study.kind == "budgets" else f"{setting} clients per round", fontsize=10)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(study.settings):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy")
+    figure = "Fig. C.4: budget distributions" if study.kind == "budgets" else "Fig. C.5: clients per round"
+    fig.suptitle(f"{figure}, mean ± std over {len(study.base.seeds)} seed(s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run_experiment(ctx: ExperimentContext, study: VariantStudy, progress: bool = True) -> ExperimentReport:
     results = run_study(ctx, study, progress)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    figure = f"splitmix_{study.kind}.png"
+    plot(study, results, ctx.out_dir / figure)
     what = "other budget distributions (Fig. C.4)" if study.kind == "budgets" else "lower contact rates (Fig. C.5)"
     return ExperimentReport(
         title=f"Split-Mix under {what}",
@@ -155,6 +188,7 @@ def run_experiment(ctx: ExperimentContext, study: VariantStudy, progress: bool =
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study),
                "accuracy": {f"{d} {m}": {f"{w:g}": v for w, v in by.items()} for (d, m), by in results.items()}},
+        figures=[figure],
     )
 
 
