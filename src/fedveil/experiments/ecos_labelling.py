@@ -256,7 +256,10 @@ def paper_cell(paper: tuple[tuple[str, ...], float], domains: list[int]) -> str:
 
 
 def epsilons(runs: list[Record]) -> str:
-    return ", ".join(f"{e:.3f}" for e in sorted({round(r["epsilon"], 6) for r in runs}))
+    """The runs' epsilons: one value, or their range (ECOS's selection, and so the number of
+    labelled queries, varies with the client and seed)."""
+    values = sorted({round(r["epsilon"], 6) for r in runs})
+    return f"{values[0]:.3f}" if len(values) == 1 else f"{values[0]:.3f} - {values[-1]:.3f}"
 
 
 def compare(rows: list[ResultRow], setting: str, claim: str, low: list[float], high: list[float], paper: str,
