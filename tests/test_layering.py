@@ -24,7 +24,7 @@ LAYERS = [
     {"algorithms", "ecos"},
     {"config"},
     {"runtime"},
-    {"bench", "experiments"},
+    {"bench", "experiments", "deploy"},
     {"cli"},
     {"__main__"},
 ]

@@ -238,7 +238,8 @@ def test_two_clients_of_a_round_draw_different_batches_and_noise(executor, priva
                          client={"batch_size": 16, "steps": 3}, privacy=privacy)
     sim = Simulation.from_config(config)
     sim.data.clients[1] = sim.data.clients[0]
-    sim.privacy = RunPrivacy.from_config(config.privacy, sim.data, sim.trainer, sim.model, sim.algorithm, sim.schedule,
+    sizes = dict(enumerate(sim.data.train_sizes().tolist()))
+    sim.privacy = RunPrivacy.from_config(config.privacy, 2, sizes, sim.trainer, sim.model, sim.algorithm, sim.schedule,
                                          "fixed", 2)
     state = sim.fresh_state()
     jobs = [(sim.task(c, 0), None) for c in (0, 1)]

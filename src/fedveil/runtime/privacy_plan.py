@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from torch import nn
@@ -26,7 +26,6 @@ from torch import nn
 from ..algorithms.base import Algorithm
 from ..errors import ConfigError
 from ..config import PrivacyConfig
-from ..data.federated import FederatedDataset
 from ..params import Params
 from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule
 from ..privacy.composition import epsilon, schedule_epsilon
@@ -81,33 +80,35 @@ class RunPrivacy:
     # ------------------------------------------------------------------ plan
     @classmethod
     def from_config(
-        cls, cfg: PrivacyConfig, data: FederatedDataset, trainer: LocalTrainer, model: nn.Module,
-        algorithm: Algorithm, schedule: list[np.ndarray], fed_sampling: str, clients_per_round: int,
+        cls, cfg: PrivacyConfig, num_clients: int, train_sizes: Mapping[int, int], trainer: LocalTrainer,
+        model: nn.Module, algorithm: Algorithm, schedule: list[np.ndarray], fed_sampling: str, clients_per_round: int,
         weighted_sampling: bool = False,
     ) -> "RunPrivacy | None":
         """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable.
-        At level "none" there is a plan only when the algorithm's setup releases data (FedFed's
-        shared features): its ledger records and reports them, with no DP-SGD."""
+        ``train_sizes`` maps the clients to plan (all of them in a simulation, a deployed silo
+        its own) to their training rows. At level "none" there is a plan only when the
+        algorithm's setup releases data (FedFed's shared features): its ledger records and
+        reports them, with no DP-SGD."""
         setup = {}
         if algorithm.has_setup:
-            setup = {cid: algorithm.planned_setup_releases(cid, c.num_train) for cid, c in enumerate(data.clients)}
+            setup = {cid: algorithm.planned_setup_releases(cid, n) for cid, n in train_sizes.items()}
             setup = {cid: releases for cid, releases in setup.items() if releases}
         if cfg.level == "none" and not setup:
             return None
         shape = cfg.noise_schedule.shape(len(schedule))
         if cfg.noise_schedule.name != "constant":
             shape = quantise_shape(shape, SCHEDULE_LEVELS)
-        run = cls(cfg, PrivacyLedger(cfg.accountant), data.num_clients, shape / shape.min(), setup=setup)
+        run = cls(cfg, PrivacyLedger(cfg.accountant), num_clients, shape / shape.min(), setup=setup)
         if cfg.level == "client" and setup:
             raise ConfigError(
                 f"privacy.level: {type(algorithm).__name__} releases features of each client's records in its setup, "
                 "which client-level DP does not account; use privacy.level = \"example\" or \"none\""
             )
         if cfg.level == "example":
-            run._plan_example_level(data, trainer, model, algorithm, schedule)
+            run._plan_example_level(train_sizes, trainer, model, algorithm, schedule)
         elif cfg.level == "client":
             run._plan_client_level(
-                algorithm, len(schedule), fed_sampling, clients_per_round, data.num_clients, weighted_sampling
+                algorithm, len(schedule), fed_sampling, clients_per_round, num_clients, weighted_sampling
             )
         run._check_person_level()
         run.check = LedgerCheck(run.ledger, cfg.delta, run._describe)
@@ -129,7 +130,7 @@ class RunPrivacy:
     def _describe(self, subject) -> str:
         return "the client population" if subject == POPULATION else f"client {subject}"
 
-    def _plan_example_level(self, data, trainer, model, algorithm, schedule) -> None:
+    def _plan_example_level(self, train_sizes: Mapping[int, int], trainer, model, algorithm, schedule) -> None:
         cfg = self.config
         name = type(algorithm).__name__
         if not algorithm.supports_example_dp:
@@ -141,12 +142,11 @@ class RunPrivacy:
             check_model_for_dp(model)
         except ValueError as err:
             raise ConfigError(f"privacy.level: {err}") from None
-        rounds_of: list[list[int]] = [[] for _ in range(data.num_clients)]
+        rounds_of: list[list[int]] = [[] for _ in range(self.num_clients)]
         for r, cohort in enumerate(schedule):
             for cid in np.asarray(cohort, dtype=int):
                 rounds_of[cid].append(r)
-        for cid, client in enumerate(data.clients):
-            n = client.num_train
+        for cid, n in train_sizes.items():
             batch = n if trainer.config.batch_size == 0 else min(trainer.config.batch_size, n)
             probe = ExampleDP(cfg.clip, 1.0, cfg.batch_sampling, batch)
             steps_round = trainer.num_steps(n, probe)

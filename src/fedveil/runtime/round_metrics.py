@@ -23,13 +23,13 @@ from typing import Any, Sequence
 
 from ..algorithms.base import Algorithm, ClientTask, State
 from ..data.arrays import ArrayDataset
-from ..data.federated import FederatedDataset
+from ..data.federated import ClientData, FederatedDataset
 from ..params import Params
 from .evaluation import check_metrics, evaluate_by_metric, higher_is_better, score_name, summarize_clients
 from ..training.local import LocalTrainer
 from ..seeding import torch_generator
 
-__all__ = ["RoundEvaluator", "check_metrics"]
+__all__ = ["RoundEvaluator", "check_metrics", "summarize_client_scores"]
 
 
 class RoundEvaluator:
@@ -100,26 +100,46 @@ class RoundEvaluator:
 
     def _over_clients(self, kind: str, params: list[Params], clients: list[dict[str, Any]]) -> dict[str, float]:
         """Per-client test scores of every metric summarised, plus the pooled validation score."""
-        prefix = "global_client" if kind == "global" else "personal"
-        # key -> (values, weights, higher is better), keys in the order they first appear
-        per_key: dict[str, tuple[list[float], list[float], bool]] = {}
-        val_total, val_rows = 0.0, 0
-        for cid, (p, client) in enumerate(zip(params, self.data.clients)):
-            if len(client.test):
-                for metric, values in self._eval(p, client.test, self.client_metrics).items():
-                    for key, value in values.items():
-                        clients[cid][f"{kind}_{key}"] = value
-                        vals, weights, _ = per_key.setdefault(key, ([], [], higher_is_better(metric)))
-                        vals.append(value)
-                        weights.append(len(client.test))
-            if client.val is not None and len(client.val):
-                result = self._eval(p, client.val, [self.score])
-                val_total += result[self.score][self.score] * len(client.val)
-                val_rows += len(client.val)
-        row = {}
-        for key, (values, weights, better) in per_key.items():
-            stats = summarize_clients(values, weights, better)
-            row.update({f"{prefix}_{key}_{k}": v for k, v in stats.items()})
-        if val_rows:
-            row[f"{kind}_val_{self.score}"] = val_total / val_rows
-        return row
+        scores = [self.client_scores(p, client) for p, client in zip(params, self.data.clients)]
+        return summarize_client_scores(kind, self.score, scores, clients)
+
+    def client_scores(self, params: Params, client: ClientData) -> dict[str, Any]:
+        """One client's scores of model ``params`` (plain data, so a deployed silo can send
+        them): ``test`` ``{metric: {key: value}}`` on its test split, ``num_test`` rows, and
+        ``val`` (score summed over its validation rows, rows)."""
+        out: dict[str, Any] = {"test": {}, "num_test": len(client.test), "val": (0.0, 0)}
+        if len(client.test):
+            out["test"] = self._eval(params, client.test, self.client_metrics)
+        if client.val is not None and len(client.val):
+            result = self._eval(params, client.val, [self.score])
+            out["val"] = (result[self.score][self.score] * len(client.val), len(client.val))
+        return out
+
+
+
+def summarize_client_scores(
+    kind: str, score: str, scores: list[dict[str, Any]], clients: list[dict[str, Any]]
+) -> dict[str, float]:
+    """The row's ``{kind}`` keys (``global`` or ``personal``) from every client's
+    :meth:`RoundEvaluator.client_scores` (client order; ``score`` is the task's score
+    name); each client's values also go into its row of ``clients``."""
+    prefix = "global_client" if kind == "global" else "personal"
+    # key -> (values, weights, higher is better), keys in the order they first appear
+    per_key: dict[str, tuple[list[float], list[float], bool]] = {}
+    val_total, val_rows = 0.0, 0
+    for client_row, client_score in zip(clients, scores):
+        for metric, values in client_score["test"].items():
+            for key, value in values.items():
+                client_row[f"{kind}_{key}"] = value
+                vals, weights, _ = per_key.setdefault(key, ([], [], higher_is_better(metric)))
+                vals.append(value)
+                weights.append(client_score["num_test"])
+        val_total += client_score["val"][0]
+        val_rows += client_score["val"][1]
+    row = {}
+    for key, (values, weights, better) in per_key.items():
+        stats = summarize_clients(values, weights, better)
+        row.update({f"{prefix}_{key}_{k}": v for k, v in stats.items()})
+    if val_rows:
+        row[f"{kind}_val_{score}"] = val_total / val_rows
+    return row

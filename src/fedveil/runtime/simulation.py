@@ -78,6 +78,49 @@ class ModelFactory:
         return model.to(self.device if device is None else device)
 
 
+@dataclass(frozen=True)
+class FederationShape:
+    """What every party of a run may know of its data without holding it: the number of
+    clients, the task and the shape of one example, and the model the run trains (``auto``
+    resolved). A deployed server builds its algorithm from this alone."""
+
+    num_clients: int
+    task: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    model_name: str
+
+    @classmethod
+    def of(cls, data: FederatedDataset, model_name: str = "auto") -> "FederationShape":
+        name = auto_model_name(data) if model_name == "auto" else model_name
+        return cls(data.num_clients, data.task, data.num_classes, tuple(data.input_shape), name)
+
+
+def build_run_pieces(
+    config: RunConfig, shape: FederationShape, device: torch.device
+) -> tuple[ModelFactory, nn.Module, LocalTrainer, Algorithm]:
+    """The run's model factory, model, local trainer and algorithm, built from the config
+    and the federation's shape only (no data): the same pieces in a simulation, on a
+    deployed server and on every silo. Raises :class:`ConfigError` on a bad model or loss."""
+    name = shape.model_name if config.model.name == "auto" else config.model.name
+    factory = ModelFactory(name, shape.input_shape, shape.num_classes, dict(config.model.options), config.seed, device)
+    try:
+        model = factory()
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"model: {err}") from None
+    try:
+        loss_fn = task_loss(shape.task, config.client.loss)
+    except ValueError as err:
+        raise ConfigError(f"client.loss: {err}") from None
+    trainer = LocalTrainer(model, loss_fn, config.client, config.federation.rounds)
+    ctx = RunContext(
+        num_clients=shape.num_clients, task=shape.task, num_classes=shape.num_classes, input_shape=shape.input_shape,
+        rounds=config.federation.rounds, seed=config.seed, model_factory=factory, trainer=trainer, device=device,
+    )
+    algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
+    return factory, model, trainer, algorithm
+
+
 @dataclass
 class Simulation:
     config: RunConfig
@@ -104,23 +147,8 @@ class Simulation:
         device = resolve_device(config.device)
         data = build_dataset(config.data, config.seed)
         check_metrics(config.eval.metrics, config.eval.group, data)
-        model_name = auto_model_name(data) if config.model.name == "auto" else config.model.name
-        factory = ModelFactory(model_name, data.input_shape, data.num_classes, dict(config.model.options), config.seed, device)
-        try:
-            model = factory()
-        except (ValueError, TypeError) as err:
-            raise ConfigError(f"model: {err}") from None
-        try:
-            loss_fn = task_loss(data.task, config.client.loss)
-        except ValueError as err:
-            raise ConfigError(f"client.loss: {err}") from None
-        trainer = LocalTrainer(model, loss_fn, config.client, config.federation.rounds)
-        alg_cls = ALGORITHMS.get(config.algorithm.name)
-        ctx = RunContext(
-            num_clients=data.num_clients, task=data.task, num_classes=data.num_classes, input_shape=data.input_shape,
-            rounds=config.federation.rounds, seed=config.seed, model_factory=factory, trainer=trainer, device=device,
-        )
-        algorithm = alg_cls(config.algorithm.typed_params(), ctx)
+        factory, model, trainer, algorithm = build_run_pieces(config, FederationShape.of(data, config.model.name), device)
+        model_name = factory.name
         fed = config.federation
         try:
             schedule = client_schedule(
@@ -129,7 +157,8 @@ class Simulation:
         except ValueError as err:
             raise ConfigError(f"federation: {err}") from None
         privacy = RunPrivacy.from_config(
-            config.privacy, data, trainer, model, algorithm, schedule, fed.sampling, fed.clients_per_round,
+            config.privacy, data.num_clients, dict(enumerate(data.train_sizes().tolist())), trainer, model, algorithm,
+            schedule, fed.sampling, fed.clients_per_round,
             weighted_sampling=fed.client_probabilities is not None,
         )
         init = initial_params(model_state(model), config.model.init_from, config.model.init_skip)

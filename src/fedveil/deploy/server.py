@@ -1,0 +1,199 @@
+"""The server half of a deployed run: the algorithm's server hooks, over any transport.
+
+Each round the server takes the round's cohort from the seeded client schedule (the
+simulation's), lets the algorithm plan it (``configure_round``), sends every cohort silo
+that is reachable a ``train`` request, and aggregates the replies that came back
+(``aggregate``) in cohort order. A silo that is unreachable, crashes, times out or
+refuses is dropped from that round: the aggregate is over the survivors only, exactly as
+if the cohort had been the survivors, and the silo's privacy spend stays in its own
+ledger (it reports its epsilon with its next reply). On evaluation rounds every
+reachable silo scores the new global model and its personal model on its own rows; the
+server summarises the scores under the simulation's metric names.
+
+The server holds no rows. Its record (``config.json``, ``metrics.jsonl``, checkpoints,
+``summary.json``, plots) goes through the runtime's :class:`RunRecorder`, so a killed
+server resumes from its last checkpoint with ``resume=True``; the silos answer a round
+they have already answered with the same reply (see :mod:`fedveil.deploy.silo`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from ..config import RunConfig
+from ..models.functional import model_state
+from ..runtime.device import resolve_device
+from ..runtime.evaluation import score_name
+from ..runtime.initial_model import initial_params
+from ..runtime.recorder import MemoryRecorder, RunRecorder
+from ..runtime.round_metrics import summarize_client_scores
+from ..runtime.run_dir import RunDirError, config_fingerprint
+from ..runtime.sampling import client_schedule
+from ..runtime.simulation import FederationShape, build_run_pieces
+from ..runtime.summary import build_summary
+from . import wire
+from .silo import check_deployable
+
+Packed = tuple[dict[str, torch.Tensor], str]
+
+
+@dataclass
+class Failure:
+    """A request that got no usable reply: ``reason`` says why (unreachable, timeout, error text)."""
+
+    reason: str
+
+
+class Transport(Protocol):
+    """What carries requests to the silos: the in-process loopback or Flower's grid."""
+
+    name: str
+
+    def reachable(self) -> list[int]:
+        """The silo ids that can be asked right now."""
+
+    def exchange(self, kind: str, round_idx: int, requests: dict[int, Packed]) -> dict[int, Packed | Failure]:
+        """Send ``kind`` (``train`` or ``evaluate``) requests, one per silo id; every id gets
+        a reply or a :class:`Failure`."""
+
+
+@dataclass
+class DeployedServer:
+    """Runs the server half of ``config`` over a transport; built from the federation's
+    shape alone (``federation.json``), never from rows."""
+
+    config: RunConfig
+    shape: FederationShape
+    on_round: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.device = resolve_device(self.config.device)
+        _, self.model, self.trainer, self.algorithm = build_run_pieces(self.config, self.shape, self.device)
+        check_deployable(self.config, self.algorithm)
+        fed = self.config.federation
+        self.schedule = client_schedule(
+            self.shape.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, self.config.seed,
+            fed.client_probabilities,
+        )
+        self.init = initial_params(model_state(self.model), self.config.model.init_from, self.config.model.init_skip)
+        self.score = score_name(self.shape.task)
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        return self.config.model_dump(mode="json")
+
+    def run(self, transport: Transport, recorder: RunRecorder | None = None) -> dict[str, Any]:
+        """Train every round not yet in ``recorder``'s last checkpoint; returns the summary."""
+        recorder = MemoryRecorder() if recorder is None else recorder
+        fingerprint = config_fingerprint(self.config_dict)
+        checkpoint = recorder.load_checkpoint(self.device)
+        if checkpoint is not None and checkpoint.get("fingerprint") != fingerprint:
+            raise RunDirError(f"checkpoint in {recorder.where} belongs to another config; start a new run")
+        if checkpoint is None:
+            state = {"round": 0, "server": self.algorithm.init_server(self.init), "elapsed_s": 0.0, "epsilon": {}}
+        else:
+            state = checkpoint
+        rows = recorder.rows_through(state["round"])
+        rounds, every = self.config.federation.rounds, self.config.checkpoint.every
+        started = time.perf_counter() - state["elapsed_s"]
+        client_rows: list[dict[str, Any]] = []
+        for r in range(state["round"], rounds):
+            row = self.train_round(state, r, transport)
+            last = r + 1 == rounds
+            if (r + 1) % self.config.eval.every == 0 or last:
+                metrics, client_rows = self.evaluate(state, r, transport)
+                row.update(metrics)
+            state["elapsed_s"] = row["elapsed_s"] = time.perf_counter() - started
+            recorder.record_row(row)
+            rows.append(row)
+            for hook in self.on_round:
+                hook(row)
+            if last or (every and (r + 1) % every == 0):
+                recorder.save_checkpoint({**state, "fingerprint": fingerprint})
+        if not client_rows:  # resumed a finished run: score the final state again
+            _, client_rows = self.evaluate(state, rounds - 1, transport)
+        epsilons = {int(k): v for k, v in state["epsilon"].items()}
+        privacy = {}
+        if self.config.privacy.level != "none":
+            privacy = {
+                "privacy_level": self.config.privacy.level, "delta": self.config.privacy.delta,
+                "epsilon": max(epsilons.values(), default=0.0),
+                "epsilon_per_client": [epsilons.get(c) for c in range(self.shape.num_clients)],
+                "secure_rng": self.config.privacy.secure_rng,
+            }
+        summary = build_summary(self.config, self.shape.model_name, self.shape, privacy, rows, state["elapsed_s"])
+        summary["deployment"] = {
+            "transport": transport.name,
+            "dropped": {str(r["round"]): r["dropped"] for r in rows if r.get("dropped")},
+        }
+        if self.algorithm.has_global_model:
+            recorder.save_model(self.algorithm.global_params(state["server"]))
+        recorder.finish(summary, client_rows)
+        return summary
+
+    def train_round(self, state: dict[str, Any], round_idx: int, transport: Transport) -> dict[str, Any]:
+        """Round ``round_idx`` in place on ``state``: plan, ask the reachable cohort, aggregate the survivors."""
+        cohort = [int(c) for c in self.schedule[round_idx]]
+        planned = self.algorithm.configure_round(state["server"], cohort, round_idx)
+        reachable = set(transport.reachable())
+        requests = {
+            cid: wire.pack({"round": round_idx, "client": cid, "server": planned}) for cid in cohort if cid in reachable
+        }
+        replies = transport.exchange("train", round_idx, requests) if requests else {}
+        dropped: dict[str, str] = {str(cid): "unreachable" for cid in cohort if cid not in reachable}
+        messages, losses, extra = [], [], {}
+        for cid in cohort:
+            reply = replies.get(cid)
+            if reply is None:
+                continue
+            if isinstance(reply, Failure):
+                dropped[str(cid)] = reply.reason
+                continue
+            value = wire.unpack(*reply, device=self.device)
+            messages.append((cid, value["message"]))
+            state["epsilon"][str(cid)] = value["epsilon"]
+            if value["loss"] is not None and not np.isnan(value["loss"]):
+                losses.append(value["loss"])
+            for key, v in value["extra_metrics"].items():
+                extra.setdefault(key, []).append(v)
+        if messages:
+            state["server"] = self.algorithm.aggregate(planned, messages, round_idx)
+        state["round"] = round_idx + 1
+        row: dict[str, Any] = {
+            "round": round_idx + 1, "cohort_size": len(cohort), "survivors": len(messages),
+            "lr": self.trainer.lr_at(round_idx),
+        }
+        if dropped:
+            row["dropped"] = dropped
+        if losses:
+            row["train_loss"] = float(np.mean(losses))
+        if self.config.privacy.level != "none":
+            row["epsilon"] = max(state["epsilon"].values(), default=0.0)
+            row["epsilon_per_client"] = [state["epsilon"].get(str(c), 0.0) for c in range(self.shape.num_clients)]
+        row.update({k: float(np.mean(v)) for k, v in extra.items()})
+        return row
+
+    def evaluate(self, state: dict[str, Any], round_idx: int, transport: Transport) -> tuple[dict[str, Any], list[dict]]:
+        """Every reachable silo's scores of the global and its personal model, summarised
+        under the simulation's names (``global_client_mse_mean``, ``personal_mse_mean``...);
+        silos that do not answer are left out of this round's scores."""
+        request = wire.pack({"round": round_idx, "server": state["server"]})
+        silos = sorted(transport.reachable())
+        replies = transport.exchange("evaluate", round_idx, {cid: request for cid in silos}) if silos else {}
+        answered = []
+        for cid in silos:
+            reply = replies.get(cid)
+            if reply is not None and not isinstance(reply, Failure):
+                answered.append(wire.unpack(*reply))
+        rows = [{"client": a["client"], "num_train": a["num_train"], "num_test": a["num_test"]} for a in answered]
+        metrics: dict[str, Any] = {"evaluated_silos": len(answered)}
+        for kind in ("global", "personal"):
+            with_kind = [(row, a[kind]) for row, a in zip(rows, answered) if kind in a]
+            if with_kind:
+                kind_rows, scores = zip(*with_kind)
+                metrics.update(summarize_client_scores(kind, self.score, list(scores), list(kind_rows)))
+        return metrics, rows

@@ -1,0 +1,249 @@
+"""The client half of a deployed run: one silo, its rows, its state, its own privacy ledger.
+
+A :class:`Silo` answers two requests from the server, whatever carries them (Flower, the
+in-process loopback): ``train`` (round r, the server state the algorithm planned for
+this round) runs the algorithm's ``client_update`` through the same trainer as a
+simulation, with the same random stream ``(seed, "train", r, client)`` and, under
+example-level DP, the noise its own privacy plan calibrated; ``evaluate`` scores the
+global model and the silo's personal model on its own test rows. The reply carries the
+algorithm's message, the training loss and the silo's epsilon, never a row, a label, a
+group attribute or anything per example.
+
+Everything that persists lives in the silo's state folder, written before the reply
+leaves (so a silo that crashes and restarts continues from it):
+
+* ``ledger.pt``: every noisy release the silo made, append-only;
+* ``round-<r>.pt``: the client state after round r, a fingerprint of round r's request
+  and the reply sent. A request the silo has already answered (the server resumed from
+  a checkpoint before that round, or lost the reply) gets the same reply again, which
+  releases nothing new; a *different* request for a round already trained is trained
+  afresh from the state before it, and the release is recorded again (the ledger check
+  then refuses it if the plan has no room).
+
+Privacy: the silo plans its own DP-SGD noise from its own row count and its rounds of the
+seeded client schedule, exactly as the simulation plans that client's, and checks its
+ledger against that plan after every round. With ``privacy.secure_rng = false`` the noise
+is drawn from seeded streams the server could regenerate from the config; a deployment
+should set ``privacy.secure_rng = true`` (the silo warns otherwise).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..algorithms.base import ClientTask
+from ..config import RunConfig
+from ..data.federated import FederatedDataset
+from ..errors import ConfigError
+from ..privacy.ledger import PrivacyLedger
+from ..runtime.device import federated_to, resolve_device, to_cpu
+from ..runtime.evaluation import check_metrics
+from ..runtime.privacy_plan import RunPrivacy
+from ..runtime.round_metrics import RoundEvaluator
+from ..runtime.run_dir import atomic_write
+from ..runtime.sampling import client_schedule
+from ..runtime.simulation import FederationShape, build_run_pieces
+from ..seeding import torch_generator
+from . import wire
+from .silo_data import SiloDataError, load_silo
+
+LEDGER_FILE = "ledger.pt"
+PLAN_TOLERANCE = 1e-6  # relative: as the simulation's ledger check
+_ROUND_FILE = re.compile(r"round-(\d+)\.pt")
+
+
+class SiloRefused(RuntimeError):
+    """The silo will not answer this request (over its privacy plan, another run's request)."""
+
+
+def request_fingerprint(tensors: dict[str, torch.Tensor], skeleton: str) -> str:
+    """SHA-256 over a packed request's skeleton and every tensor's bytes, in key order."""
+    digest = hashlib.sha256(skeleton.encode())
+    for key in sorted(tensors):
+        digest.update(key.encode())
+        digest.update(tensors[key].contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_deployable(config: RunConfig, algorithm) -> None:
+    """What deployment does not do yet, refused in one line before anything starts."""
+    if config.privacy.level == "client":
+        raise ConfigError(
+            "privacy.level: client-level DP noises the aggregate on the server; deployment runs example-level "
+            "(silo-specific) DP, where each silo noises its own training: use privacy.level = \"example\""
+        )
+    if algorithm.has_setup:
+        raise ConfigError(f"algorithm: {type(algorithm).__name__} has a setup phase, which deployment does not run yet")
+    if config.executor == "ray":
+        raise ConfigError("executor: a deployed silo trains in its own process; use executor = \"serial\"")
+
+
+class Silo:
+    """Silo ``client_id`` of a deployed run of ``config`` (see the module docstring)."""
+
+    def __init__(
+        self, config: RunConfig, shape: FederationShape, client_id: int, data, state_dir: str | os.PathLike,
+    ) -> None:
+        if not 0 <= client_id < shape.num_clients:
+            raise SiloDataError(f"silo id {client_id} is outside 0..{shape.num_clients - 1}")
+        self.config, self.shape, self.client_id = config, shape, client_id
+        self.device = resolve_device(config.device)
+        _, self.model, self.trainer, self.algorithm = build_run_pieces(config, shape, self.device)
+        check_deployable(config, self.algorithm)
+        own = FederatedDataset(
+            f"silo-{client_id}", [data], data.test, shape.task, shape.num_classes, shape.input_shape
+        )
+        check_metrics(config.eval.metrics, config.eval.group, own)
+        self.data = federated_to(own, self.device)
+        fed = config.federation
+        self.schedule = client_schedule(
+            shape.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed, fed.client_probabilities
+        )
+        self.privacy = RunPrivacy.from_config(
+            config.privacy, shape.num_clients, {client_id: data.num_train}, self.trainer, self.model, self.algorithm,
+            self.schedule, fed.sampling, fed.clients_per_round, weighted_sampling=fed.client_probabilities is not None,
+        )
+        if self.privacy is not None and self.privacy.clients and not config.privacy.secure_rng:
+            warnings.warn(
+                "privacy.secure_rng is false: this silo's DP noise comes from streams seeded by the config, which the "
+                "server knows; set privacy.secure_rng = true in a real deployment",
+                stacklevel=2,
+            )
+        ev = config.eval
+        self.evaluator = RoundEvaluator(
+            self.algorithm, self.data, self.trainer, config.seed, ev.batch_size, ev.personal, ev.metrics, ev.group
+        )
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._load_ledger()
+
+    @classmethod
+    def from_folder(
+        cls, config: RunConfig, shape: FederationShape, folder: str | os.PathLike, state_dir: str | os.PathLike | None = None,
+    ) -> "Silo":
+        """The silo whose rows ``fedveil deploy prepare`` wrote in ``folder``; its state goes to
+        ``state_dir`` (default ``folder/state``)."""
+        client_id, data, _ = load_silo(folder)
+        return cls(config, shape, client_id, data, Path(folder) / "state" if state_dir is None else state_dir)
+
+    # ------------------------------------------------------------------ persistence
+    def _load_ledger(self) -> None:
+        path = self.state_dir / LEDGER_FILE
+        if self.privacy is not None and path.exists():
+            self.privacy.ledger = PrivacyLedger.from_state_dict(torch.load(path, weights_only=True))
+
+    def _save_ledger(self) -> None:
+        if self.privacy is not None:
+            state = self.privacy.ledger.state_dict()
+            atomic_write(self.state_dir / LEDGER_FILE, lambda handle: torch.save(state, handle))
+
+    def _round_file(self, round_idx: int) -> Path:
+        return self.state_dir / f"round-{round_idx}.pt"
+
+    def _trained_rounds(self) -> list[int]:
+        return sorted(int(m[1]) for name in os.listdir(self.state_dir) if (m := _ROUND_FILE.fullmatch(name)))
+
+    def _record(self, round_idx: int) -> dict[str, Any] | None:
+        path = self._round_file(round_idx)
+        return torch.load(path, weights_only=True, map_location=self.device) if path.exists() else None
+
+    def state_before(self, round_idx: int):
+        """The client state as of the start of round ``round_idx``: after the last round before
+        it that this silo trained, or None (never trained: the algorithm initialises it)."""
+        earlier = [r for r in self._trained_rounds() if r < round_idx]
+        return None if not earlier else self._record(earlier[-1])["client_state"]
+
+    # ------------------------------------------------------------------ requests
+    def train(self, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Answer a packed ``train`` request for round ``round_idx``; returns the packed reply."""
+        fingerprint = request_fingerprint(tensors, skeleton)
+        done = self._record(round_idx)
+        if done is not None and done["request"] == fingerprint:
+            return done["reply_tensors"], done["reply_skeleton"]
+        request = wire.unpack(tensors, skeleton, self.device)
+        if request.get("client") != self.client_id or request.get("round") != round_idx:
+            raise SiloRefused(f"silo {self.client_id}: request for client {request.get('client')} round {request.get('round')}")
+        client_state = self.state_before(round_idx)
+        if client_state is None:
+            client_state = self.algorithm.init_client(self.client_id, request["server"])
+        task = ClientTask(
+            client_id=self.client_id, round=round_idx, data=self.data.clients[0],
+            generator=torch_generator(self.config.seed, "train", round_idx, self.client_id), trainer=self.trainer,
+            dp=None if self.privacy is None else self.privacy.task_dp(self.client_id, round_idx),
+            privacy_budget=None if self.privacy is None else self.privacy.budget_of(self.client_id),
+        )
+        result = self.algorithm.client_update(request["server"], client_state, task)
+        self._account(task, result, round_idx)
+        reply = {
+            "message": result.message,
+            "loss": None if result.stats is None else float(result.stats.loss),
+            "extra_metrics": {k: float(v) for k, v in result.extra_metrics.items()},
+            "epsilon": self.epsilon(),
+        }
+        reply_tensors, reply_skeleton = wire.pack(reply)
+        record = {
+            "request": fingerprint, "client_state": to_cpu(result.state), "reply_tensors": reply_tensors,
+            "reply_skeleton": reply_skeleton,
+        }
+        atomic_write(self._round_file(round_idx), lambda handle: torch.save(record, handle))
+        return reply_tensors, reply_skeleton
+
+    def _account(self, task: ClientTask, result, round_idx: int) -> None:
+        """Record this training's releases in the silo's ledger (saved before anything is
+        sent) and refuse to reply if the ledger now exceeds the plan through this round."""
+        if self.privacy is None:
+            if result.releases:
+                raise RuntimeError(f"{type(self.algorithm).__name__} returned noisy releases in a run without privacy")
+            return
+        if task.dp is not None:
+            self.privacy.record_client(self.client_id, task.data.num_train, task.dp, list(task.dp.trainings))
+        if result.releases:
+            self.privacy.record_releases(self.client_id, result.releases)
+        self._save_ledger()
+        spent, planned = self.epsilon(), self.planned_epsilon_through(round_idx)
+        if spent > planned * (1 + PLAN_TOLERANCE):
+            raise SiloRefused(
+                f"silo {self.client_id} refuses round {round_idx + 1}: its ledger has spent epsilon={spent:.4g}, more "
+                f"than its plan allows through this round ({planned:.4g}); nothing of this training is sent"
+            )
+
+    def planned_epsilon_through(self, round_idx: int) -> float:
+        """Epsilon of every release the plan calibrated for this silo in rounds 0..``round_idx``
+        (the rounds of the seeded schedule it is in), plus its setup releases."""
+        planned = list(self.privacy.setup.get(self.client_id, []))
+        for r in range(round_idx + 1):
+            if self.client_id in {int(c) for c in self.schedule[r]}:
+                planned += self.privacy.planned_round(r, [self.client_id]).get(self.client_id, [])
+        return self.privacy.ledger.epsilon_of(planned, self.config.privacy.delta)
+
+    def epsilon(self) -> float:
+        """Epsilon this silo has spent so far (0 without DP)."""
+        return 0.0 if self.privacy is None else float(self.privacy.spent().get(self.client_id, 0.0))
+
+    def evaluate(self, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Answer a packed ``evaluate`` request (the server state after round ``round_idx``):
+        the scores of the global and the personal model on this silo's own rows."""
+        request = wire.unpack(tensors, skeleton, self.device)
+        server_state = request["server"]
+        client = self.data.clients[0]
+        reply: dict[str, Any] = {
+            "client": self.client_id, "num_train": client.num_train, "num_test": len(client.test), "epsilon": self.epsilon(),
+        }
+        if self.algorithm.has_global_model:
+            reply["global"] = self.evaluator.client_scores(self.algorithm.global_params(server_state), client)
+        if self.evaluator.personal:
+            state = self.state_before(round_idx + 1)
+            if state is None:
+                state = self.algorithm.init_client(self.client_id, server_state)
+            task = ClientTask(
+                client_id=self.client_id, round=round_idx, data=client,
+                generator=torch_generator(self.config.seed, "personal", round_idx, self.client_id), trainer=self.trainer,
+            )
+            reply["personal"] = self.evaluator.client_scores(self.algorithm.personal_params(server_state, state, task), client)
+        return wire.pack(reply)
