@@ -12,7 +12,7 @@ upload, the same selection from the exact counts shows what the noise costs at e
 
 Claims checked (the figures' text):
 
-* D.1: a small budget wants a larger R (the best R at the smallest budget is at least the
+* D.1: a small budget wants a larger R (the best R at the smallest budget is larger than the
   best R at the largest); at a large budget the largest R is not the best (noise on small
   per-centroid counts).
 * D.2: a larger s raises the ID share at the smallest budget; at the largest budget s >= 3
@@ -131,7 +131,8 @@ def rows_of(study: SweepStudy, records: list[Record]) -> list[ResultRow]:
     at_small, at_large = best_R(records, small, study.R_grid), best_R(records, large, study.R_grid)
     rows.append(ResultRow("Fig. D.1", f"a small budget wants a larger R: best R at B={small} >= best R at B={large}",
                           f"{at_small} vs {at_large}", "small budgets want larger R",
-                          "holds" if at_small >= at_large else "does not hold"))
+                          "holds" if at_small > at_large else
+                          "not shown: the same R is best at both budgets" if at_small == at_large else "does not hold"))
     top = max(study.R_grid)
     rows.append(ResultRow("Fig. D.1", f"at B={large} the largest R ({top}) is not the best (noise on small counts)",
                           f"best R = {at_large}", "larger R lowers ID-TPR at budget 8,000",
