@@ -20,10 +20,10 @@ MR_MTL = dict(algorithm={"name": "mr_mtl", "lam": 0.1}, federation={"rounds": 4,
               checkpoint={"every": 1}, privacy=DP)
 
 
-def deployed(config, where: Path, faults=None):
+def deployed(config, where: Path, faults=None, share=True):
     prepare_silos(config, where)
     shape, _ = read_federation(where)
-    silos = {cid: Silo.from_folder(config, shape, silo_folder(where, cid)) for cid in range(shape.num_clients)}
+    silos = {cid: Silo.from_folder(config, silo_folder(where, cid), share_metrics=share) for cid in range(shape.num_clients)}
     return DeployedServer(config, shape), LoopbackTransport(silos, faults or {})
 
 
@@ -110,7 +110,7 @@ def test_a_killed_server_and_a_restarted_silo_resume_to_the_same_numbers(tmp_pat
         server.run(transport, DirectoryRecorder.open(out, server.config_dict))
     # every silo process restarts from its folder, the server from its run directory
     shape, _ = read_federation(tmp_path / "fed")
-    silos = {cid: Silo.from_folder(config, shape, silo_folder(tmp_path / "fed", cid)) for cid in transport.silos}
+    silos = {cid: Silo.from_folder(config, silo_folder(tmp_path / "fed", cid), share_metrics=True) for cid in transport.silos}
     server.on_round.clear()
     recorder = DirectoryRecorder.open(out, server.config_dict, resume=True)
     summary = server.run(LoopbackTransport(silos), recorder)
@@ -133,6 +133,31 @@ def test_the_same_request_twice_gets_the_same_reply_and_costs_nothing(tmp_path):
     silo = transport.silos[cid]
     first = silo.train(0, *request)
     spent = silo.epsilon()
-    again = Silo.from_folder(config, silo.shape, silo_folder(tmp_path / "fed", cid)).train(0, *request)
+    again = Silo.from_folder(config, silo_folder(tmp_path / "fed", cid)).train(0, *request)
     assert first[1] == again[1] and all(torch.equal(first[0][k], again[0][k]) for k in first[0])
-    assert Silo.from_folder(config, silo.shape, silo_folder(tmp_path / "fed", cid)).epsilon() == spent > 0
+    assert Silo.from_folder(config, silo_folder(tmp_path / "fed", cid)).epsilon() == spent > 0
+
+
+def test_a_silo_refuses_a_config_it_was_not_prepared_for(tmp_path):
+    config = tiny_config(**MR_MTL)
+    prepare_silos(config, tmp_path / "fed")
+    greedy = tiny_config(**{**MR_MTL, "privacy": {**DP, "epsilon": 30.0}})
+    from fedveil.deploy.silo_data import SiloDataError
+
+    with pytest.raises(SiloDataError, match="prepared for another config"):
+        Silo.from_folder(greedy, silo_folder(tmp_path / "fed", 0))
+
+
+@pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
+def test_under_dp_a_silo_sends_no_loss_or_score_unless_it_opts_in(tmp_path):
+    config = tiny_config(**{**MR_MTL, "federation": {"rounds": 1, "clients_per_round": 3}})
+    server, transport = deployed(config, tmp_path / "fed", share=None)
+    recorder = MemoryRecorder()
+    summary = server.run(transport, recorder)
+    assert "train_loss" not in recorder.rows[0] and not any(k.startswith(("personal_", "global_client")) for k in summary)
+    from fedveil.deploy.wire import unpack
+
+    for kind, _, _, request in transport.log:
+        assert set(unpack(*request)) <= {"round", "client", "server"}
+    reply = unpack(*transport.silos[0].evaluate(0, *transport.log[-1][3]))
+    assert set(reply) == {"client", "num_train", "num_test", "epsilon"}

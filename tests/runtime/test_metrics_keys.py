@@ -14,7 +14,7 @@ from fedveil.runtime.dataset import build_dataset
 from fedveil.models import build_model
 from fedveil.runtime import run
 from fedveil.runtime.sampling import client_schedule
-from tiny_runs import load_checkpoint, read_json, rows_of, tiny_config
+from tiny_runs import load_checkpoint, read_json, rows_of, tiny_config, write_school
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -176,26 +176,6 @@ def test_local_best_round_is_selected_by_personal_validation(tmp_path):
 # --------------------------------------------------------------------- regression
 
 
-def write_school(directory, sizes=(30, 25, 35)):
-    """A School-format file with a well-conditioned linear target (float features)."""
-    rng = np.random.default_rng(0)
-    xs, ys = [], []
-    w = rng.normal(size=28) / 5
-    for n in sizes:
-        x = rng.normal(size=(n, 28))
-        xs.append(x)
-        ys.append((x @ w + 0.1 * rng.normal(size=n)).reshape(n, 1))
-    directory.mkdir(parents=True, exist_ok=True)
-    scipy.io.savemat(directory / "school.mat", {"X": _cells(xs), "Y": _cells(ys)})
-    return directory
-
-
-def _cells(matrices):
-    """A 1 x K object array: what savemat writes as a MATLAB cell array."""
-    out = np.empty((1, len(matrices)), dtype=object)
-    for k, m in enumerate(matrices):
-        out[0, k] = m
-    return out
 
 
 def test_regression_reports_mse_keys_and_selects_the_lowest_validation_mse(tmp_path):

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import scipy.io
 import torch
 
 from fedveil.config import RunConfig, validate
@@ -140,3 +142,25 @@ def assert_same_state(a: Any, b: Any, where: str = "state") -> None:
         assert torch.equal(a, b), f"{where} differs"
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def write_school(directory, sizes=(30, 25, 35)):
+    """A School-format file with a well-conditioned linear target (float features)."""
+    rng = np.random.default_rng(0)
+    xs, ys = [], []
+    w = rng.normal(size=28) / 5
+    for n in sizes:
+        x = rng.normal(size=(n, 28))
+        xs.append(x)
+        ys.append((x @ w + 0.1 * rng.normal(size=n)).reshape(n, 1))
+    directory.mkdir(parents=True, exist_ok=True)
+    scipy.io.savemat(directory / "school.mat", {"X": _cells(xs), "Y": _cells(ys)})
+    return directory
+
+
+def _cells(matrices):
+    """A 1 x K object array: what savemat writes as a MATLAB cell array."""
+    out = np.empty((1, len(matrices)), dtype=object)
+    for k, m in enumerate(matrices):
+        out[0, k] = m
+    return out

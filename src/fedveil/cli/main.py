@@ -1,4 +1,4 @@
-"""``fedveil`` command line: run, audit, ecos, report, reproduce, and list what exists.
+"""``fedveil`` command line: run, audit, ecos, deploy, report, reproduce, and list what exists.
 
 Every user error (bad config value, missing data, a run directory that already holds a
 run) ends the command with one readable line on stderr and exit status 2, before any
@@ -18,6 +18,7 @@ from ..data.errors import DataError
 from ..privacy.ledger_check import PrivacyCheckError
 from ..registry import UnknownNameError
 from ..runtime.run_dir import RunDirError
+from . import deploy as deploy_cli
 
 USER_ERRORS = (ConfigError, DataError, RunDirError, UnknownNameError)
 EXIT_USER_ERROR = 2
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     bench.add_argument("--systems", help="comma-separated subset of systems")
     bench.add_argument("--workloads", help="comma-separated subset of workloads (mlp, lenet, resnet, fade, splitmix, adds)")
+    deploy_cli.add_parser(sub)
     bench.add_argument(
         "--device", default="auto", help="where every system computes: auto (CUDA when available), cpu, cuda, cuda:N"
     )
@@ -403,4 +405,5 @@ COMMANDS = {
     "partitions": cmd_partitions,
     "reproduce": cmd_reproduce,
     "bench": cmd_bench,
+    "deploy": deploy_cli.cmd_deploy,
 }

@@ -6,8 +6,11 @@ this round) runs the algorithm's ``client_update`` through the same trainer as a
 simulation, with the same random stream ``(seed, "train", r, client)`` and, under
 example-level DP, the noise its own privacy plan calibrated; ``evaluate`` scores the
 global model and the silo's personal model on its own test rows. The reply carries the
-algorithm's message, the training loss and the silo's epsilon, never a row, a label, a
-group attribute or anything per example.
+algorithm's message (a model update and the row count its weighting needs) and the silo's
+epsilon, never a row, a label, a group attribute or anything per example. The training
+loss and the test scores are computed from the silo's rows without noise, so under DP a
+silo sends them only when it opts in (``share_metrics``; Flower node config
+``share-metrics=true``); without DP it sends them by default.
 
 Everything that persists lives in the silo's state folder, written before the reply
 leaves (so a silo that crashes and restarts continues from it):
@@ -46,12 +49,12 @@ from ..runtime.device import federated_to, resolve_device, to_cpu
 from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
-from ..runtime.run_dir import atomic_write
+from ..runtime.run_dir import atomic_write, config_fingerprint
 from ..runtime.sampling import client_schedule
 from ..runtime.simulation import FederationShape, build_run_pieces
 from ..seeding import torch_generator
 from . import wire
-from .silo_data import SiloDataError, load_silo
+from .silo_data import SiloDataError, load_silo, read_federation
 
 LEDGER_FILE = "ledger.pt"
 PLAN_TOLERANCE = 1e-6  # relative: as the simulation's ledger check
@@ -89,10 +92,14 @@ class Silo:
 
     def __init__(
         self, config: RunConfig, shape: FederationShape, client_id: int, data, state_dir: str | os.PathLike,
+        share_metrics: bool | None = None,
     ) -> None:
         if not 0 <= client_id < shape.num_clients:
             raise SiloDataError(f"silo id {client_id} is outside 0..{shape.num_clients - 1}")
         self.config, self.shape, self.client_id = config, shape, client_id
+        # training loss and test scores are computed from private rows without noise: under DP a
+        # silo sends them only if it chooses to (the model update, counts and epsilon always go)
+        self.share_metrics = config.privacy.level == "none" if share_metrics is None else share_metrics
         self.device = resolve_device(config.device)
         _, self.model, self.trainer, self.algorithm = build_run_pieces(config, shape, self.device)
         check_deployable(config, self.algorithm)
@@ -125,12 +132,21 @@ class Silo:
 
     @classmethod
     def from_folder(
-        cls, config: RunConfig, shape: FederationShape, folder: str | os.PathLike, state_dir: str | os.PathLike | None = None,
+        cls, config: RunConfig, folder: str | os.PathLike, state_dir: str | os.PathLike | None = None,
+        share_metrics: bool | None = None,
     ) -> "Silo":
-        """The silo whose rows ``fedveil deploy prepare`` wrote in ``folder``; its state goes to
-        ``state_dir`` (default ``folder/state``)."""
+        """The silo whose rows and ``federation.json`` ``fedveil deploy prepare`` wrote in
+        ``folder``; refused unless ``config`` is the config it was prepared for. Its state goes
+        to ``state_dir`` (default ``folder/state``)."""
+        shape, fingerprint = read_federation(folder)
+        if fingerprint != config_fingerprint(config.model_dump(mode="json")):
+            raise SiloDataError(
+                f"'{folder}' was prepared for another config than the one this run sends (seed, data, privacy or "
+                "algorithm differ); prepare the silos again from the run's config"
+            )
         client_id, data, _ = load_silo(folder)
-        return cls(config, shape, client_id, data, Path(folder) / "state" if state_dir is None else state_dir)
+        state_dir = Path(folder) / "state" if state_dir is None else state_dir
+        return cls(config, shape, client_id, data, state_dir, share_metrics)
 
     # ------------------------------------------------------------------ persistence
     def _load_ledger(self) -> None:
@@ -180,10 +196,11 @@ class Silo:
         )
         result = self.algorithm.client_update(request["server"], client_state, task)
         self._account(task, result, round_idx)
+        shared = self.share_metrics and result.stats is not None
         reply = {
             "message": result.message,
-            "loss": None if result.stats is None else float(result.stats.loss),
-            "extra_metrics": {k: float(v) for k, v in result.extra_metrics.items()},
+            "loss": float(result.stats.loss) if shared else None,
+            "extra_metrics": {k: float(v) for k, v in result.extra_metrics.items()} if self.share_metrics else {},
             "epsilon": self.epsilon(),
         }
         reply_tensors, reply_skeleton = wire.pack(reply)
@@ -228,13 +245,16 @@ class Silo:
 
     def evaluate(self, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
         """Answer a packed ``evaluate`` request (the server state after round ``round_idx``):
-        the scores of the global and the personal model on this silo's own rows."""
+        the scores of the global and the personal model on this silo's own rows, if it
+        shares them (else only its counts and epsilon)."""
         request = wire.unpack(tensors, skeleton, self.device)
         server_state = request["server"]
         client = self.data.clients[0]
         reply: dict[str, Any] = {
             "client": self.client_id, "num_train": client.num_train, "num_test": len(client.test), "epsilon": self.epsilon(),
         }
+        if not self.share_metrics:
+            return wire.pack(reply)
         if self.algorithm.has_global_model:
             reply["global"] = self.evaluator.client_scores(self.algorithm.global_params(server_state), client)
         if self.evaluator.personal:

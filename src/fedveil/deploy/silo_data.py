@@ -5,7 +5,8 @@ partition, split: exactly what a simulation of the same config does) and writes
 
 * ``DIR/federation.json``: the facts every party may know (number of silos, task, input
   shape, classes, model, the config's fingerprint), no rows;
-* ``DIR/silo-<k>/silo.pt``: silo k's train / validation / test rows and nothing else.
+* ``DIR/silo-<k>/silo.pt``: silo k's train / validation / test rows and nothing else, with
+  a copy of ``federation.json``.
 
 Each ``silo-<k>`` folder is then handed to silo k's machine; the server gets only
 ``federation.json``. This is how a simulation's numbers are reproduced over the network
@@ -52,9 +53,11 @@ def prepare_silos(config: RunConfig, out: str | os.PathLike) -> FederationShape:
     data = build_dataset(config.data, config.seed)
     shape = FederationShape.of(data, config.model.name)
     fingerprint = config_fingerprint(config.model_dump(mode="json"))
+    facts = {**asdict(shape), "input_shape": list(shape.input_shape), "fingerprint": fingerprint}
     for cid, client in enumerate(data.clients):
         save_silo(silo_folder(out, cid), cid, client, fingerprint)
-    write_json(out / FEDERATION_FILE, {**asdict(shape), "input_shape": list(shape.input_shape), "fingerprint": fingerprint})
+        write_json(silo_folder(out, cid) / FEDERATION_FILE, facts)  # each silo knows the federation's shape
+    write_json(out / FEDERATION_FILE, facts)
     return shape
 
 

@@ -1,0 +1,168 @@
+"""fedveil over Flower: a ServerApp running :class:`~fedveil.deploy.server.DeployedServer`
+and a ClientApp running :class:`~fedveil.deploy.silo.Silo`, over Flower's SuperLink and
+SuperNodes (``pip install 'fedveil[flower]'``; docs/deployment.md has the set-up).
+
+Messages: every request and reply is one Flower ``Message`` whose ``RecordDict`` holds
+``arrays`` (an ``ArrayRecord``: the tensors of :mod:`fedveil.deploy.wire`, by key) and
+``meta`` (a ``ConfigRecord``: the JSON skeleton, the round). Message types: ``query``
+(which silo a node is), ``train`` and ``evaluate``.
+
+Run config (``flwr run ... --run-config``), read by the ServerApp: ``config`` (the run's
+config as JSON), ``federation`` (``federation.json``'s path), ``out`` (the server's run
+directory), ``resume`` (bool), ``timeout`` (seconds a round waits for replies).
+Node config (``flower-supernode --node-config``), read by the ClientApp: ``silo-dir`` (the
+silo's folder from ``fedveil deploy prepare``), optional ``state-dir``, ``max-epsilon`` (the
+silo refuses a plan that would spend more) and ``share-metrics`` (send the training loss
+and test scores, which are not noised; default: only without DP).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from ..config import validate
+from ..runtime.recorder import DirectoryRecorder
+from . import wire
+from .server import DeployedServer, Failure, Packed
+from .silo import Silo, SiloRefused
+from .silo_data import read_federation
+
+QUERY, TRAIN, EVALUATE = "query", "train", "evaluate"
+POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
+LOG = logging.getLogger("fedveil.deploy")
+
+
+def to_content(packed: Packed, round_idx: int | None = None) -> RecordDict:
+    tensors, skeleton = packed
+    arrays = ArrayRecord({k: Array.from_numpy_ndarray(a) for k, a in wire.tensors_to_numpy(tensors).items()})
+    meta: dict[str, Any] = {"skeleton": skeleton}
+    if round_idx is not None:
+        meta["round"] = round_idx
+    return RecordDict({"arrays": arrays, "meta": ConfigRecord(meta)})
+
+
+def from_content(content: RecordDict) -> tuple[Packed, int | None]:
+    arrays = content["arrays"]
+    tensors = wire.tensors_from_numpy({k: a.numpy() for k, a in arrays.items()})
+    meta = content["meta"]
+    return (tensors, str(meta["skeleton"])), (int(meta["round"]) if "round" in meta else None)
+
+
+class FlowerTransport:
+    """:class:`~fedveil.deploy.server.Transport` over a Flower ``Grid``: silos are found by
+    asking every connected node which silo it is; a round waits ``timeout`` seconds for
+    replies, and a node that does not answer in time, or answers with an error, is dropped."""
+
+    name = "flower"
+
+    def __init__(self, grid: Grid, num_silos: int, timeout: float, wait_for: float = 60.0) -> None:
+        self.grid, self.num_silos, self.timeout = grid, num_silos, timeout
+        self.node_of: dict[int, int] = {}  # silo id -> node id
+        self._discover(wait_for)
+
+    def _discover(self, wait_for: float) -> None:
+        """Ask every node which silo it is, until all silos answered or ``wait_for`` seconds passed."""
+        deadline = time.monotonic() + wait_for
+        while True:
+            asked = [n for n in self.grid.get_node_ids() if n not in self.node_of.values()]
+            if asked:
+                replies = self.grid.send_and_receive(
+                    [Message(RecordDict({"meta": ConfigRecord({})}), n, QUERY) for n in asked], timeout=self.timeout,
+                )
+                for reply in replies:
+                    if not reply.has_error():
+                        self.node_of[int(reply.content["meta"]["silo"])] = reply.metadata.src_node_id
+            if len(self.node_of) >= self.num_silos or time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
+
+    def reachable(self) -> list[int]:
+        connected = set(self.grid.get_node_ids())
+        return sorted(cid for cid, node in self.node_of.items() if node in connected)
+
+    def exchange(self, kind: str, round_idx: int, requests: dict[int, Packed]) -> dict[int, Packed | Failure]:
+        messages = [
+            Message(to_content(packed, round_idx), self.node_of[cid], kind, group_id=str(round_idx))
+            for cid, packed in requests.items()
+        ]
+        silo_of = dict(zip(self.grid.push_messages(messages), requests))  # message id -> silo id
+        out: dict[int, Packed | Failure] = {cid: Failure("timeout") for cid in requests}
+        waiting, deadline = set(silo_of), time.monotonic() + self.timeout
+        while waiting and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(waiting):
+                message_id = reply.metadata.reply_to_message_id
+                if message_id not in waiting:
+                    continue
+                waiting.discard(message_id)
+                cid = silo_of[message_id]
+                if reply.has_error():
+                    out[cid] = Failure(f"error {reply.error.code}: {reply.error.reason}")
+                    LOG.warning("silo %d, round %d %s: %s", cid, round_idx + 1, kind, out[cid].reason)
+                else:
+                    out[cid] = from_content(reply.content)[0]
+            if waiting:
+                time.sleep(POLL_S)
+        return out
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    run = context.run_config
+    config = validate(json.loads(str(run["config"])))
+    shape, _ = read_federation(str(run["federation"]))
+    transport = FlowerTransport(grid, shape.num_clients, float(run.get("timeout", 120.0)))
+    server = DeployedServer(config, shape)
+    recorder = DirectoryRecorder.open(str(run["out"]), server.config_dict, resume=bool(run.get("resume", False)))
+    server.run(transport, recorder)
+
+
+client_app = ClientApp()
+_SILOS: dict[tuple[str, str], Silo] = {}  # a ClientApp process answers many messages: build the silo once
+
+
+def _silo(context: Context) -> Silo:
+    node = context.node_config
+    folder = str(node["silo-dir"])
+    config_json = str(context.run_config["config"])
+    key = (folder, config_json)
+    if key not in _SILOS:
+        config = validate(json.loads(config_json))
+        share = node.get("share-metrics")
+        silo = Silo.from_folder(config, folder, node.get("state-dir"), None if share is None else bool(share))
+        limit = node.get("max-epsilon")
+        if limit is not None and silo.privacy is not None:
+            planned = silo.planned_epsilon_through(config.federation.rounds - 1)
+            if planned > float(limit) * (1 + 1e-9):
+                raise SiloRefused(f"silo {silo.client_id}: the run's plan spends epsilon={planned:.4g} > its max-epsilon {limit}")
+        _SILOS[key] = silo
+    return _SILOS[key]
+
+
+@client_app.query()
+def query(message: Message, context: Context) -> Message:
+    silo = _silo(context)
+    return Message(RecordDict({"meta": ConfigRecord({"silo": silo.client_id})}), reply_to=message)
+
+
+@client_app.train()
+def train(message: Message, context: Context) -> Message:
+    (tensors, skeleton), round_idx = from_content(message.content)
+    reply = _silo(context).train(round_idx, tensors, skeleton)
+    return Message(to_content(reply), reply_to=message)
+
+
+@client_app.evaluate()
+def evaluate(message: Message, context: Context) -> Message:
+    (tensors, skeleton), round_idx = from_content(message.content)
+    reply = _silo(context).evaluate(round_idx, tensors, skeleton)
+    return Message(to_content(reply), reply_to=message)
