@@ -95,8 +95,10 @@ def test_serial_and_vectorized_agree(tmp_path, algorithm):
         with pytest.warns() if (algorithm == "sheterofl" and executor == "vectorized") else _nothing():
             run(config, tmp_path / executor, progress=False)
         params[executor] = torch.load(tmp_path / executor / "checkpoint.pt", weights_only=True)["server"]["params"]
+    # float32 rounding differs with the CPU's vector unit: on an AVX2 machine the executors end up to
+    # 4.8e-5 apart (conv2.weight, entries up to 0.026) after 6 rounds; a real disagreement is ~1e-2
     for name, value in params["serial"].items():
-        torch.testing.assert_close(params["vectorized"][name], value, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(params["vectorized"][name], value, rtol=1e-3, atol=1e-4, msg=name)
 
 
 class _nothing:
