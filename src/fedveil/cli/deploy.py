@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 
 def _config(items: list[str]):
     from ..config import load_config
-    from .main import split_items
+    from .items import split_items
 
     return load_config(*split_items(items))
 

@@ -19,6 +19,7 @@ from ..privacy.ledger_check import PrivacyCheckError
 from ..registry import UnknownNameError
 from ..runtime.run_dir import RunDirError
 from . import deploy as deploy_cli
+from .items import split_items
 
 USER_ERRORS = (ConfigError, DataError, RunDirError, UnknownNameError)
 EXIT_USER_ERROR = 2
@@ -150,13 +151,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ----------------------------------------------------------------------------- run
-
-
-def split_items(items: list[str]) -> tuple[str | None, list[str]]:
-    configs = [i for i in items if "=" not in i]
-    if len(configs) > 1:
-        raise ConfigError(f"give at most one config file, got {', '.join(configs)}")
-    return (configs[0] if configs else None), [i for i in items if "=" in i]
 
 
 def resolve_run_config(args: argparse.Namespace):

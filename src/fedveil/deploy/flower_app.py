@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -34,7 +33,7 @@ from .server import DeployedServer, Failure, Packed
 from .silo import Silo, SiloRefused
 from .silo_data import read_federation
 
-QUERY, TRAIN, EVALUATE = "query", "train", "evaluate"
+QUERY = "query"  # message type: which silo is this node (train and evaluate are the server's request kinds)
 POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
 LOG = logging.getLogger("fedveil.deploy")
 
