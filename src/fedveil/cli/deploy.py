@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -52,7 +53,15 @@ def _config(items: list[str]):
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    return {"prepare": _prepare, "certs": _certs, "app": _app, "local": _local}[args.step](args)
+    """One step; a federation that does not come up or a silo that refuses is one line, exit 2."""
+    from ..deploy.local_federation import FederationError
+    from ..deploy.silo import SiloRefused
+
+    try:
+        return {"prepare": _prepare, "certs": _certs, "app": _app, "local": _local}[args.step](args)
+    except (FederationError, SiloRefused) as err:
+        print(f"fedveil: error: {err}", file=sys.stderr)
+        return 2
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .certificates import make_node_keys, make_tls_files
 
 FEDERATION = "local"
 READY_LINE = "Application startup complete"
@@ -139,6 +138,10 @@ class LocalFederation:
     # ------------------------------------------------------------------ set-up
     def start(self, timeout: float = 60.0) -> "LocalFederation":
         """Certificates, the SuperLink, the silos' keys registered, every SuperNode active."""
+        try:
+            from .certificates import make_node_keys, make_tls_files
+        except ImportError:
+            raise FederationError("a local federation needs Flower: pip install 'fedveil[flower]'") from None
         certs, tls = self.workdir / "certs", []
         if self.tls:
             make_tls_files(certs, ["127.0.0.1", "localhost"])

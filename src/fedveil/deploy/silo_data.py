@@ -27,6 +27,7 @@ import torch
 
 from ..config import RunConfig
 from ..data.arrays import ArrayDataset
+from ..data.errors import DataError
 from ..data.federated import ClientData
 from ..runtime.dataset import build_dataset
 from ..runtime.run_dir import atomic_write, config_fingerprint, read_json, write_json
@@ -36,7 +37,7 @@ FEDERATION_FILE = "federation.json"
 SILO_FILE = "silo.pt"
 
 
-class SiloDataError(ValueError):
+class SiloDataError(DataError):
     """A silo folder or federation file that is missing, malformed or of another run."""
 
 
