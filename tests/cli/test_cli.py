@@ -287,10 +287,25 @@ def test_resume_needs_out(capsys):
     assert_user_error(code, err, "--resume needs --out")
 
 
-def test_resume_into_a_new_directory_starts_the_run(tmp_path, capsys, skip_plots):
+def test_resume_of_a_folder_without_a_run_is_refused_and_writes_nothing(tmp_path, capsys):
     code, _, err = cli(capsys, "run", *TINY, "--resume", "--out", "new", "--quiet")
-    assert code == 0, err
-    assert [r["round"] for r in metrics(tmp_path / "new")] == [1, 2]
+    assert_user_error(code, err, "--resume: 'new' holds no run to resume")
+    assert not (tmp_path / "new").exists()
+
+
+def test_out_on_an_existing_file_is_one_line_before_any_work(tmp_path, capsys):
+    (tmp_path / "taken").write_text("not a folder")
+    code, _, err = cli(capsys, "run", *TINY, "--out", "taken", "--quiet")
+    assert_user_error(code, err, "--out 'taken' is a file")
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_version(capsys):
+    import fedveil
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"fedveil {fedveil.__version__}"
 
 
 # ------------------------------------------------------------- listing commands

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .. import __version__
 from ..errors import ConfigError
 from ..data.errors import DataError
 from ..privacy.ledger_check import PrivacyCheckError
@@ -29,6 +30,7 @@ EXIT_PRIVACY_VIOLATION = 3
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedveil", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"fedveil {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a federated training", description="Run a federated training.")
@@ -180,6 +182,16 @@ def _load_saved(saved: Path, overrides: list[str]):
     return validate(apply_overrides(json.loads(saved.read_text()), overrides))
 
 
+def check_out(out: Path, resume: bool) -> None:
+    """Refuse, before any work, an --out that is a file, or a --resume with no run to resume."""
+    from ..runtime.run_dir import CONFIG_FILE
+
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--out '{out}' is a file; give a folder for the run")
+    if resume and not (out / CONFIG_FILE).is_file():
+        raise RunDirError(f"--resume: '{out}' holds no run to resume (no {CONFIG_FILE}); drop --resume to start one there")
+
+
 def default_out(config) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{config.data.name}-{config.algorithm.name}-{stamp}"
@@ -190,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = resolve_run_config(args)
     out = Path(args.out) if args.out else default_out(config)
+    check_out(out, args.resume)
     bars = [] if args.quiet else [ProgressBar(f"{config.algorithm.name}/{config.data.name}")]
     sim = Simulation.from_config(config, bars)
     try:
