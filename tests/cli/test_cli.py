@@ -382,3 +382,11 @@ def test_report_of_a_folder_without_a_run(tmp_path, capsys):
     assert_user_error(code, err, "'empty'", "not a fedveil run directory")
     code, _, err = cli(capsys, "report", "missing")
     assert_user_error(code, err, "'missing'")
+
+
+def test_an_unreadable_checkpoint_is_one_line(tmp_path, capsys, skip_plots):
+    code, _, err = cli(capsys, "run", *TINY, "--out", "run", "--quiet")
+    assert code == 0, err
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"\x00 not a checkpoint\n")
+    code, _, err = cli(capsys, "run", "--resume", "--out", "run", "--quiet")
+    assert_user_error(code, err, "checkpoint", "cannot be read: it is damaged or not a fedveil checkpoint")

@@ -112,7 +112,7 @@ def load_silo(folder: str | os.PathLike) -> tuple[int, ClientData, str]:
     try:
         payload = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # torch raises many types for a torn or foreign file
-        raise SiloDataError(f"cannot read {path}: {err}") from None
+        raise SiloDataError(f"cannot read {path}: it is damaged or not a silo file ({type(err).__name__})") from None
     if not isinstance(payload, dict) or "train" not in payload or "client_id" not in payload:
         raise SiloDataError(f"{path} is not a fedveil silo file")
     data = ClientData(

@@ -138,7 +138,10 @@ class RunDirectory:
         try:
             return torch.load(path, weights_only=True, map_location=map_location)
         except Exception as err:  # torch raises several types for a damaged file
-            raise RunDirError(f"checkpoint '{path}' cannot be read ({err}); delete it to restart the run") from None
+            raise RunDirError(
+                f"checkpoint '{path}' cannot be read: it is damaged or not a fedveil checkpoint ({type(err).__name__}); "
+                "delete it to restart the run"
+            ) from None
 
     def write_json(self, name: str, obj: Any) -> None:
         write_json(self.file(name), obj)
