@@ -390,3 +390,16 @@ def test_an_unreadable_checkpoint_is_one_line(tmp_path, capsys, skip_plots):
     (tmp_path / "run" / "checkpoint.pt").write_bytes(b"\x00 not a checkpoint\n")
     code, _, err = cli(capsys, "run", "--resume", "--out", "run", "--quiet")
     assert_user_error(code, err, "checkpoint", "cannot be read: it is damaged or not a fedveil checkpoint")
+
+
+def test_help_and_version_import_neither_torch_nor_the_data_sets():
+    """What made `fedveil --help` take seconds: the CLI module pulled in torch and every loader."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom fedveil.cli.main import main\nfor argv in (['--help'], ['--version'], ['run', '--help']):\n"
+             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in ('torch', 'fedveil.data', 'sklearn', 'flwr') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

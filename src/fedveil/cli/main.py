@@ -15,14 +15,8 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import ConfigError
-from ..data.errors import DataError
-from ..privacy.ledger_check import PrivacyCheckError
-from ..registry import UnknownNameError
-from ..runtime.run_dir import RunDirError
 from . import deploy as deploy_cli
 from .items import split_items
-
-USER_ERRORS = (ConfigError, DataError, RunDirError, UnknownNameError)
 EXIT_USER_ERROR = 2
 # a run's ledger disagrees with its privacy plan, or `fedveil audit`'s lower bound exceeds the accounted epsilon
 EXIT_PRIVACY_VIOLATION = 3
@@ -136,11 +130,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions a command reports as one line with exit status 2 (imported only once a
+    command runs, so that --help and --version stay fast)."""
+    from ..data.errors import DataError
+    from ..registry import UnknownNameError
+    from ..runtime.run_dir import RunDirError
+
+    return ConfigError, DataError, RunDirError, UnknownNameError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from ..privacy.ledger_check import PrivacyCheckError
+
+    reported = user_errors()
     try:
         return COMMANDS[args.command](args)
-    except USER_ERRORS as err:
+    except reported as err:
         print(f"fedveil: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except PrivacyCheckError as err:
@@ -184,7 +191,7 @@ def _load_saved(saved: Path, overrides: list[str]):
 
 def check_out(out: Path, resume: bool) -> None:
     """Refuse, before any work, an --out that is a file, or a --resume with no run to resume."""
-    from ..runtime.run_dir import CONFIG_FILE
+    from ..runtime.run_dir import CONFIG_FILE, RunDirError
 
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--out '{out}' is a file; give a folder for the run")
@@ -280,7 +287,7 @@ def cmd_ecos(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out) if args.out else Path("runs") / f"ecos-{client}-{config.ecos.method}-{stamp}"
         summary = run_job(config, out, progress=not args.quiet)
-    except USER_ERRORS:
+    except user_errors():
         raise
     except ValueError as err:  # a bad value the ecos modules refused: one line, like a config error
         raise ConfigError(" ".join(str(err).split())) from None
