@@ -164,3 +164,25 @@ def _cells(matrices):
     for k, m in enumerate(matrices):
         out[0, k] = m
     return out
+
+
+def run_in_float64(config: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The run's metrics rows and final server state, with its data and initial model in
+    float64: executors compared this way cannot be split by a float32 near-tie (two values of a
+    max-pool window closer than rounding send the gradient to different positions)."""
+    import dataclasses
+
+    from fedveil.runtime.recorder import MemoryRecorder
+    from fedveil.runtime.simulation import Simulation
+
+    def wide(ds):
+        return None if ds is None else dataclasses.replace(ds, x=ds.x.double())
+
+    sim = Simulation.from_config(config)
+    sim.data = dataclasses.replace(sim.data, test=wide(sim.data.test), clients=[
+        dataclasses.replace(c, train=wide(c.train), val=wide(c.val), test=wide(c.test)) for c in sim.data.clients
+    ])
+    sim.init = {k: v.double() if v.is_floating_point() else v for k, v in sim.init.items()}
+    recorder = MemoryRecorder()
+    sim.record(recorder)
+    return recorder.rows, recorder.load_checkpoint()["server"]
