@@ -7,6 +7,7 @@ reported with its full dotted name.
 """
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from pathlib import Path
@@ -48,7 +49,7 @@ class _NamedComponent(BaseModel):
         except UnknownNameError as err:
             raise ValueError(str(err)) from None
         except ValidationError as err:
-            raise ValueError(format_validation_error(err, joiner=", ")) from None
+            raise ValueError(format_validation_error(err, joiner=", ", model=self._params_class())) from None
         return self
 
 
@@ -422,7 +423,12 @@ def _new_component_param(resolved: dict[str, Any], key: str) -> tuple[str, ...]:
         owners.append(("data", "partition", key))
     if len(owners) == 1:
         return owners[0]
-    raise ConfigError(f"unknown setting '{key}'; write it with its section, e.g. algorithm.{key}=...")
+    names = {".".join(p) for p in _leaf_paths(resolved)}
+    close = difflib.get_close_matches(key, sorted({n.rsplit(".", 1)[-1] for n in names}), n=1, cutoff=0.6)
+    hint = ""
+    if close:
+        hint = " (did you mean " + " or ".join(f"'{n}'" for n in sorted(names) if n.rsplit(".", 1)[-1] == close[0]) + "?)"
+    raise ConfigError(f"unknown setting '{key}'{hint}; write it with its section, e.g. federation.rounds=50")
 
 
 def _deep_copy(tree: dict[str, Any]) -> dict[str, Any]:
@@ -443,7 +449,7 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err, model=RunConfig)) from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

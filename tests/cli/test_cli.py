@@ -403,3 +403,22 @@ def test_help_and_version_import_neither_torch_nor_the_data_sets():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("federation.roundz=3", "federation.roundz: Extra inputs are not permitted (got 3) (did you mean 'federation.rounds'?)"),
+    ("data.partition.name=dirichlet data.partition.alpah=0.1", "(did you mean 'alpha'?)"),
+    ("data.partition.alpah=0.1", "data.partition: alpah: Extra inputs are not permitted (got 0.1); it takes no parameters"),
+    ("federation.epsilon=3", "(did you mean 'privacy.epsilon'?)"),  # the right name in another section
+    ("algorithm.muu=0.1", "algorithm: muu: Extra inputs are not permitted (got 0.1); accepted: weighting, server_lr"),
+    ("roundz=3", "unknown setting 'roundz' (did you mean 'federation.rounds'?)"),
+])
+def test_a_typo_gets_a_did_you_mean_from_the_real_names(capsys, override, hint):
+    code, _, err = cli(capsys, "run", *TINY, *override.split(), "--quiet")
+    assert_user_error(code, err, hint)
+
+
+def test_a_misspelt_section_gets_the_real_one(tmp_path, capsys):
+    (tmp_path / "typo.toml").write_text('[dataa]\nname = "digits"\n')
+    code, _, err = cli(capsys, "run", "typo.toml", "--quiet")
+    assert_user_error(code, err, "dataa: Extra inputs are not permitted (did you mean 'data'?)")
