@@ -15,7 +15,10 @@ A run is configured by one TOML file and/or `key=value` overrides on the command
 (`fedveil run CONFIG.toml federation.rounds=50 data.partition.alpha=0.1`). Every field
 is validated before any work starts. Component sections (`[data.partition]`,
 `[algorithm]`) take the chosen component's own hyper-parameters: list them with
-`fedveil partitions` / `fedveil algorithms` and see the modules' docstrings.
+`fedveil partitions` / `fedveil algorithms` and see the modules' docstrings. A misspelt
+key is refused with the nearest real name (`federation.roundz` -> `federation.rounds`,
+`[dataa]` -> `[data]`, a bare `roundz=` -> `federation.rounds`), and an unknown algorithm or
+partitioner parameter lists the accepted ones.
 
 This page is generated from `fedveil/config.py` by `scripts/gen_config_doc.py`.
 """
