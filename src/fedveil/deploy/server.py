@@ -32,8 +32,7 @@ from ..runtime.initial_model import initial_params
 from ..runtime.recorder import MemoryRecorder, RunRecorder
 from ..runtime.round_metrics import summarize_client_scores
 from ..runtime.run_dir import RunDirError, config_fingerprint
-from ..runtime.sampling import client_schedule
-from ..runtime.simulation import FederationShape, build_run_pieces
+from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule
 from ..runtime.summary import build_summary
 from . import wire
 from .silo import check_deployable
@@ -74,11 +73,7 @@ class DeployedServer:
         self.device = resolve_device(self.config.device)
         _, self.model, self.trainer, self.algorithm = build_run_pieces(self.config, self.shape, self.device)
         check_deployable(self.config, self.algorithm)
-        fed = self.config.federation
-        self.schedule = client_schedule(
-            self.shape.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, self.config.seed,
-            fed.client_probabilities,
-        )
+        self.schedule = run_schedule(self.config, self.shape.num_clients)
         self.init = initial_params(model_state(self.model), self.config.model.init_from, self.config.model.init_skip)
         self.score = score_name(self.shape.task)
 

@@ -50,9 +50,7 @@ from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
 from ..runtime.run_dir import atomic_write, config_fingerprint
-from ..runtime.sampling import client_schedule
-from ..runtime.simulation import FederationShape, build_run_pieces
-from ..seeding import torch_generator
+from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule, training_task
 from . import wire
 from .silo_data import SiloDataError, load_silo, read_federation
 
@@ -109,9 +107,7 @@ class Silo:
         check_metrics(config.eval.metrics, config.eval.group, own)
         self.data = federated_to(own, self.device)
         fed = config.federation
-        self.schedule = client_schedule(
-            shape.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed, fed.client_probabilities
-        )
+        self.schedule = run_schedule(config, shape.num_clients)
         self.privacy = RunPrivacy.from_config(
             config.privacy, shape.num_clients, {client_id: data.num_train}, self.trainer, self.model, self.algorithm,
             self.schedule, fed.sampling, fed.clients_per_round, weighted_sampling=fed.client_probabilities is not None,
@@ -188,12 +184,7 @@ class Silo:
         client_state = self.state_before(round_idx)
         if client_state is None:
             client_state = self.algorithm.init_client(self.client_id, request["server"])
-        task = ClientTask(
-            client_id=self.client_id, round=round_idx, data=self.data.clients[0],
-            generator=torch_generator(self.config.seed, "train", round_idx, self.client_id), trainer=self.trainer,
-            dp=None if self.privacy is None else self.privacy.task_dp(self.client_id, round_idx),
-            privacy_budget=None if self.privacy is None else self.privacy.budget_of(self.client_id),
-        )
+        task = training_task(self.config.seed, self.client_id, round_idx, self.data.clients[0], self.trainer, self.privacy)
         result = self.algorithm.client_update(request["server"], client_state, task)
         self._account(task, result, round_idx)
         shared = self.share_metrics and result.stats is not None
@@ -258,12 +249,8 @@ class Silo:
         if self.algorithm.has_global_model:
             reply["global"] = self.evaluator.client_scores(self.algorithm.global_params(server_state), client)
         if self.evaluator.personal:
-            state = self.state_before(round_idx + 1)
-            if state is None:
-                state = self.algorithm.init_client(self.client_id, server_state)
-            task = ClientTask(
-                client_id=self.client_id, round=round_idx, data=client,
-                generator=torch_generator(self.config.seed, "personal", round_idx, self.client_id), trainer=self.trainer,
+            personal = self.evaluator.personal_params(
+                server_state, self.state_before(round_idx + 1), self.client_id, client, round_idx
             )
-            reply["personal"] = self.evaluator.client_scores(self.algorithm.personal_params(server_state, state, task), client)
+            reply["personal"] = self.evaluator.client_scores(personal, client)
         return wire.pack(reply)

@@ -86,13 +86,19 @@ class RoundEvaluator:
         return row, clients
 
     def _personal_params(self, server_state: State, client_states: dict[int, State], cid: int, round_idx: int) -> Params:
-        state = client_states.get(cid)
+        return self.personal_params(server_state, client_states.get(cid), cid, self.data.clients[cid], round_idx)
+
+    def personal_params(
+        self, server_state: State, state: State | None, cid: int, client: ClientData, round_idx: int
+    ) -> Params:
+        """Client ``cid``'s personal model after round ``round_idx`` from its ``state`` (None:
+        never trained, the algorithm initialises it), drawn from its ``"personal"`` stream."""
         if state is None:
             state = self.algorithm.init_client(cid, server_state)
         task = ClientTask(
             client_id=cid,
             round=round_idx,
-            data=self.data.clients[cid],
+            data=client,
             generator=torch_generator(self.seed, "personal", round_idx, cid),
             trainer=self.trainer,
         )

@@ -26,7 +26,7 @@ from ..models.functional import model_state
 from ..errors import ConfigError
 from ..config import RunConfig
 from .dataset import build_dataset
-from ..data.federated import FederatedDataset
+from ..data.federated import ClientData, FederatedDataset
 from ..models import build_model
 from ..params import Params
 from ..privacy.randomness import SECURE
@@ -121,6 +121,35 @@ def build_run_pieces(
     return factory, model, trainer, algorithm
 
 
+def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
+    """The run's pre-generated cohorts, round by round (a simulation, a deployed server and
+    every silo draw the same ones from the seed); a bad federation setting is a ConfigError."""
+    fed = config.federation
+    try:
+        return client_schedule(
+            num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed, fed.client_probabilities
+        )
+    except ValueError as err:
+        raise ConfigError(f"federation: {err}") from None
+
+
+def training_task(
+    seed: int, cid: int, round_idx: int, data: ClientData, trainer: LocalTrainer, privacy: RunPrivacy | None,
+) -> ClientTask:
+    """Client ``cid``'s job in round ``round_idx``: its rows, its own ``(seed, "train", round,
+    client)`` stream and, under example-level DP, the noise its plan calibrated. A simulation
+    and a deployed silo build it here alike, so both train on the same stream."""
+    return ClientTask(
+        client_id=cid,
+        round=round_idx,
+        data=data,
+        generator=torch_generator(seed, "train", round_idx, cid),
+        trainer=trainer,
+        dp=None if privacy is None else privacy.task_dp(cid, round_idx),
+        privacy_budget=None if privacy is None else privacy.budget_of(cid),
+    )
+
+
 @dataclass
 class Simulation:
     config: RunConfig
@@ -150,12 +179,7 @@ class Simulation:
         factory, model, trainer, algorithm = build_run_pieces(config, FederationShape.of(data, config.model.name), device)
         model_name = factory.name
         fed = config.federation
-        try:
-            schedule = client_schedule(
-                data.num_clients, fed.clients_per_round, fed.rounds, fed.sampling, config.seed, fed.client_probabilities
-            )
-        except ValueError as err:
-            raise ConfigError(f"federation: {err}") from None
+        schedule = run_schedule(config, data.num_clients)
         privacy = RunPrivacy.from_config(
             config.privacy, data.num_clients, dict(enumerate(data.train_sizes().tolist())), trainer, model, algorithm,
             schedule, fed.sampling, fed.clients_per_round,
@@ -207,15 +231,7 @@ class Simulation:
         return store
 
     def task(self, cid: int, round_idx: int) -> ClientTask:
-        return ClientTask(
-            client_id=cid,
-            round=round_idx,
-            data=self.data.clients[cid],
-            generator=torch_generator(self.config.seed, "train", round_idx, cid),
-            trainer=self.trainer,
-            dp=None if self.privacy is None else self.privacy.task_dp(cid, round_idx),
-            privacy_budget=None if self.privacy is None else self.privacy.budget_of(cid),
-        )
+        return training_task(self.config.seed, cid, round_idx, self.data.clients[cid], self.trainer, self.privacy)
 
     # ------------------------------------------------------------------- loop
     @property
