@@ -362,7 +362,11 @@ def test_report_regenerates_the_plots(tmp_path, capsys, skip_plots):
     code, out, err = cli(capsys, "report", "r")
     assert code == 0, err
     expected = ["learning_curves.png", "client_scores.png", "label_distribution.png"]
-    assert out.splitlines() == [str(Path("r") / name) for name in expected]
+    lines = out.splitlines()
+    assert lines[0] == "fedavg on digits: 2/2 rounds"  # the metrics table, then the files
+    assert lines[1].split()[:3] == ["round", "train_loss", "global_test_accuracy"]
+    assert [line.split()[0] for line in lines[2:4]] == ["1", "2"]
+    assert lines[-3:] == [str(Path("r") / name) for name in expected]
     for name in expected:
         assert (run_dir / name).read_bytes()[:8] == PNG_MAGIC
 

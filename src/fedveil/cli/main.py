@@ -1,4 +1,4 @@
-"""``fedveil`` command line: run, audit, ecos, deploy, report, reproduce, and list what exists.
+"""``fedveil`` command line: run, sweep, compare, audit, ecos, deploy, report, reproduce, and list what exists.
 
 Every user error (bad config value, missing data, a run directory that already holds a
 run) ends the command with one readable line on stderr and exit status 2, before any
@@ -78,7 +78,35 @@ def build_parser() -> argparse.ArgumentParser:
     ecos.add_argument("--out", help="job folder (default: runs/ecos-<client>-<method>-<time>)")
     ecos.add_argument("--quiet", action="store_true", help="no progress lines (the summary is still printed)")
 
-    report = sub.add_parser("report", help="(re)draw the plots of a run directory")
+    sweep = sub.add_parser(
+        "sweep", help="run a grid of configs (e.g. privacy.epsilon=1,4,8 seed=0,1,2), resumable as a whole",
+        description="Run one training per point of a grid over config keys, each in its own run directory under "
+        "--out. A key with comma-separated values is an axis; the config file's [sweep] table adds more. A killed "
+        "sweep continues with --resume --out SWEEP_DIR: finished runs are kept, an interrupted one resumes from its "
+        "checkpoint. Compare the runs with `fedveil compare SWEEP_DIR`.",
+    )
+    sweep.add_argument(
+        "items", nargs="*", metavar="[CONFIG.toml] [key=v1,v2,... | key=value ...]",
+        help="a TOML config and overrides; a value list such as seed=0,1,2 is an axis",
+    )
+    sweep.add_argument("--zip", action="store_true", help="pair the axes' values position by position instead of a grid")
+    sweep.add_argument("--out", help="sweep folder (default: sweeps/<dataset>-<algorithm>-<time>)")
+    sweep.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    sweep.add_argument("--ray", action="store_true", help="run the runs as Ray tasks (on ray.address when the config "
+                       "sets it, else a local Ray)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bars (one line per finished run)")
+
+    compare = sub.add_parser(
+        "compare", help="compare runs or sweeps: a table over seeds and overlaid plots",
+        description="Group finished runs by the config keys that differ (the seed aside) and print each group's "
+        "final and best metrics as mean ± std over its seeds; write compare.md, compare.json, compare_curves.png and, "
+        "for DP runs, compare_epsilon.png (final score against the epsilon spent).",
+    )
+    compare.add_argument("paths", nargs="+", metavar="RUN_DIR|SWEEP_DIR")
+    compare.add_argument("--out", help="where the table and plots go (default: the sweep folder when one is given, "
+                         "else ./compare)")
+
+    report = sub.add_parser("report", help="print a run's metrics table and (re)draw its plots")
     report.add_argument("run_dir", metavar="RUN_DIR")
 
     ev = sub.add_parser(
@@ -101,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "(runs with algorithm.buffers = \"local\": 'locally tracked')")
     ev.add_argument("--data-root", help="the data set's folder, when it moved since the run (sets data.root)")
 
+    config = sub.add_parser(
+        "config", help="show a component's parameters, or the complete default config",
+        description="`fedveil config show NAME`: what NAME is (algorithm, partitioner, model, data set or noise "
+        "schedule), where it goes in a config, and its parameters with types and defaults. `fedveil config show` "
+        "alone prints the complete default config as TOML.",
+    )
+    config.add_argument("action", choices=["show"])
+    config.add_argument("name", nargs="?", metavar="NAME")
     sub.add_parser("datasets", help="list the data sets")
     sub.add_parser("algorithms", help="list the algorithms")
     sub.add_parser("models", help="list the models")
@@ -216,8 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = sim.run(out, resume=args.resume)
     finally:  # end the bar's line also when interrupted, so a message starts on its own line
         for bar in bars:
-            if bar.bar is not None:
-                bar.bar.close()
+            bar.close()
     print_summary(summary, out)
     return 0
 
@@ -299,10 +334,54 @@ def cmd_ecos(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------- others
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..runtime.sweep import run_sweep
+    from ..runtime.sweep_plan import plan_sweep
+
+    path, overrides = split_items(args.items)
+    if args.resume and not args.out:
+        raise ConfigError("--resume needs --out SWEEP_DIR")
+    resumed_alone = args.resume and path is None and not overrides
+    plan = None if resumed_alone else plan_sweep(path, overrides, "zip" if args.zip else None)
+    if args.out:
+        out = Path(args.out)
+    else:
+        first = plan.configs()[0]
+        out = Path("sweeps") / f"{first.data.name}-{first.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    summaries = run_sweep(plan, out, resume=args.resume, progress=not args.quiet, use_ray=args.ray)
+    print(f"\n{len(summaries)} runs in {out}; compare them with: fedveil compare {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..runtime.compare import compare_runs, format_table, to_json
+    from ..runtime.compare_plots import write_plots
+    from ..runtime.run_dir import write_json
+    from ..runtime.sweep import SWEEP_FILE
+
+    comparison = compare_runs(args.paths)
+    one_sweep = len(args.paths) == 1 and (Path(args.paths[0]) / SWEEP_FILE).is_file()
+    out = Path(args.out) if args.out else Path(args.paths[0]) if one_sweep else Path("compare")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out '{out}' is a file; give a folder")
+    print(format_table(comparison))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.md").write_text(format_table(comparison, markdown=True) + "\n")
+    write_json(out / "compare.json", to_json(comparison))
+    print()
+    for written in [out / "compare.md", out / "compare.json", *write_plots(comparison, out)]:
+        print(written)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..runtime.metrics_table import run_table
     from ..runtime.report import write_report
 
-    for path in write_report(args.run_dir):
+    written = write_report(args.run_dir)
+    print(run_table(args.run_dir))
+    print()
+    for path in written:
         print(path)
     return 0
 
@@ -350,6 +429,13 @@ def _width(text: str) -> float:
     if not 0 < value <= 1:
         raise ConfigError(f"--width: {value:g} is not in (0, 1]")
     return value
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from .catalog import default_config_toml, show
+
+    print(show(args.name) if args.name else default_config_toml(), end="\n" if args.name else "")
+    return 0
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
@@ -411,8 +497,11 @@ COMMANDS = {
     "run": cmd_run,
     "audit": cmd_audit,
     "ecos": cmd_ecos,
+    "sweep": cmd_sweep,
+    "compare": cmd_compare,
     "report": cmd_report,
     "evaluate": cmd_evaluate,
+    "config": cmd_config,
     "datasets": cmd_datasets,
     "algorithms": cmd_algorithms,
     "models": cmd_models,

@@ -1,7 +1,8 @@
 """Callbacks: code that watches a run (progress bar, custom loggers) without changing it."""
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
@@ -20,7 +21,9 @@ class Callback:
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over rounds showing the latest headline metrics."""
+    """Progress over rounds with the latest headline metrics: a tqdm bar on a terminal;
+    elsewhere (a log file, CI, a notebook's captured stderr) ``lines`` plain lines spread
+    over the run, the last one at its end. ``interactive`` forces one or the other."""
 
     SHOWN = {
         "global_test_accuracy": "acc",
@@ -31,20 +34,48 @@ class ProgressBar(Callback):
         "train_loss": "loss",
     }
 
-    def __init__(self, description: str = "rounds") -> None:
-        self.description = description
+    def __init__(
+        self, description: str = "rounds", lines: int = 10, stream: TextIO | None = None, interactive: bool | None = None,
+    ) -> None:
+        self.description, self.lines = description, max(1, lines)
+        self.stream = sys.stderr if stream is None else stream
+        self.interactive = _is_terminal(self.stream) if interactive is None else interactive
         self.bar: tqdm | None = None
+        self.total = self.done = 0
+        self.shown: dict[str, float] = {}
 
     def on_run_start(self, total_rounds: int, start_round: int) -> None:
-        self.bar = tqdm(total=total_rounds, initial=start_round, desc=self.description, unit="round", dynamic_ncols=True)
+        self.total, self.done = total_rounds, start_round
+        if self.interactive:
+            self.bar = tqdm(
+                total=total_rounds, initial=start_round, desc=self.description, unit="round", dynamic_ncols=True,
+                file=self.stream,
+            )
 
     def on_round_end(self, row: dict[str, Any]) -> None:
-        if self.bar is None:
-            return
-        shown = {label: row[key] for key, label in self.SHOWN.items() if isinstance(row.get(key), float)}
-        self.bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
-        self.bar.update(1)
+        self.done += 1
+        self.shown.update({label: row[key] for key, label in self.SHOWN.items() if isinstance(row.get(key), float)})
+        if self.bar is not None:
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in self.shown.items()}, refresh=False)
+            self.bar.update(1)
+        elif not self.interactive and self._is_mark(self.done):
+            metrics = "  ".join(f"{k} {v:.4g}" for k, v in self.shown.items())
+            print(f"{self.description}: round {self.done}/{self.total}  {metrics}".rstrip(), file=self.stream, flush=True)
+
+    def _is_mark(self, done: int) -> bool:
+        """Whether round ``done`` is one of the ``lines`` evenly spaced rounds (the last included)."""
+        return done == self.total or (done * self.lines) // self.total > ((done - 1) * self.lines) // self.total
 
     def on_run_end(self, summary: dict[str, Any]) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar's line (also when the run is interrupted)."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())

@@ -1,16 +1,72 @@
-"""PNG plots of a run: learning curves (with the configured extra metrics) and the per-client
-score distribution."""
+"""PNG plots of a run: learning curves (with the configured extra metrics), the privacy spent
+per round (DP runs only) and the per-client scores. Each ``*_figure`` function builds the
+figure; each ``plot_*`` function writes it."""
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 LEARNING_CURVES_FILE = "learning_curves.png"
-CLIENT_HISTOGRAM_FILE = "client_scores.png"
+PRIVACY_CURVE_FILE = "privacy_curve.png"
+CLIENT_SCORES_FILE = "client_scores.png"
 MAX_EXTRA_CURVES = 12
+MARKERS_MAX_POINTS = 30  # markers on a line of at most this many points
+CLIENT_LINES_MAX = 20  # per-client epsilon curves as thin lines up to this many clients, a band above
+DPI = 110
+
+
+def new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return Path(path)
+
+
+def score_label(score: str) -> str:
+    """Axis label of a score, saying which way is better (``mse``: lower)."""
+    return f"{score} (lower is better)" if score == "mse" else f"{score} (higher is better)"
+
+
+def round_axis(ax: Axes) -> None:
+    """x axis in rounds: integer ticks only, however few rounds."""
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10], min_n_ticks=1))
+    lo, hi = ax.get_xlim()
+    if hi - lo < 1:  # a single round: one tick, not fractions around it
+        centre = round((lo + hi) / 2)
+        ax.set_xlim(centre - 0.5, centre + 0.5)
+
+
+def finish_axes(ax: Axes, legend: bool = True) -> None:
+    ax.grid(alpha=0.3)
+    if legend and ax.lines:
+        ax.legend(fontsize=8)
+
+
+def legend_below(ax: Axes, handles: Sequence[Any] = (), labels: Sequence[str] = ()) -> None:
+    """The legend (and extra entries) under the axes, where it covers no data."""
+    own_handles, own_labels = ax.get_legend_handles_labels()
+    ax.legend([*own_handles, *handles], [*own_labels, *labels], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+
+
+def per_round(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(r["round"], r[key]) for r in rows if key in r]
 
 
 def extra_metric_curves(rows: list[dict[str, Any]], score: str) -> list[tuple[str, str]]:
@@ -32,58 +88,151 @@ def extra_metric_curves(rows: list[dict[str, Any]], score: str) -> list[tuple[st
     return curves[:MAX_EXTRA_CURVES]
 
 
-def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+def draw_curves(ax: Axes, rows: list[dict[str, Any]], curves: list[tuple[str, str]]) -> None:
+    for key, label in curves:
+        pts = per_round(rows, key)
+        if pts:
+            ax.plot(*zip(*pts), marker=".", label=label, linestyle="--" if key.startswith("personal_") else "-")
+
+
+def learning_curves_figure(rows: list[dict[str, Any]], score: str, title: str = "") -> Figure:
     """Score (left) and loss (middle) per round, for every model that was evaluated, and the
     configured extra metrics (right: fairness gaps, AUPRC, per-group accuracy) if any."""
     extra = extra_metric_curves(rows, score)
-    fig = Figure(figsize=(15 if extra else 10, 4))
-    FigureCanvasAgg(fig)
+    fig = new_figure(18 if extra else 10, 4.2)
     axes = fig.subplots(1, 3 if extra else 2)
-    ax_score, ax_loss = axes[0], axes[1]
-    curves = [
+    draw_curves(axes[0], rows, [
         (f"global_test_{score}", "global model, pooled test"),
         (f"personal_{score}_mean", "personal models, mean over clients"),
         (f"global_val_{score}", "global model, validation"),
-    ]
-    for key, label in curves:
-        pts = [(r["round"], r[key]) for r in rows if key in r]
-        if pts:
-            ax_score.plot(*zip(*pts), marker=".", label=label)
-    for key, label in (("train_loss", "local training loss"), ("global_test_loss", "pooled test loss")):
-        pts = [(r["round"], r[key]) for r in rows if key in r]
-        if pts:
-            ax_loss.plot(*zip(*pts), marker=".", label=label)
-    ax_score.set(xlabel="round", ylabel=score, title=f"{score} per round")
-    ax_loss.set(xlabel="round", ylabel="loss", title="loss per round")
+    ])
+    draw_curves(axes[1], rows, [("train_loss", "local training loss"), ("global_test_loss", "pooled test loss")])
+    axes[0].set(ylabel=score_label(score), title=f"{score} per round")
+    axes[1].set(ylabel="loss", title="loss per round")
     if extra:
-        ax_extra = axes[2]
-        for key, label in extra:
-            pts = [(r["round"], r[key]) for r in rows if key in r]
-            ax_extra.plot(*zip(*pts), marker=".", label=label, linestyle="--" if key.startswith("personal_") else "-")
-        ax_extra.set(xlabel="round", ylabel="value", title="other metrics per round")
+        draw_curves(axes[2], rows, extra)
+        axes[2].set(ylabel="value", title="other metrics per round")
     for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+        round_axis(ax)
+        finish_axes(ax)
+    if extra:  # many curves: their legend beside the panel, not on it
+        axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return Path(path)
+    return fig
 
 
-def plot_client_histogram(clients: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
-    """Histogram over clients of the final global-model and personal-model scores."""
-    fig = Figure(figsize=(6, 4))
-    FigureCanvasAgg(fig)
+def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+    """Write :func:`learning_curves_figure` to ``path``."""
+    return save(learning_curves_figure(rows, score, title), path)
+
+
+def privacy_target(config: dict[str, Any], summary: dict[str, Any] | None) -> float | None:
+    """The epsilon a DP run aims at: ``privacy.epsilon``, else the plan in ``summary.json``
+    (``planned_epsilon``, or the largest ``planned_epsilon_per_client``); None if unknown."""
+    if config.get("privacy", {}).get("epsilon") is not None:
+        return float(config["privacy"]["epsilon"])
+    summary = summary or {}
+    if summary.get("planned_epsilon") is not None:
+        return float(summary["planned_epsilon"])
+    if summary.get("planned_epsilon_per_client"):
+        return float(max(summary["planned_epsilon_per_client"]))
+    return None
+
+
+def draw_client_epsilons(ax: Axes, rows: list[dict[str, Any]]) -> None:
+    """Each client's epsilon per round: thin lines for a few clients, a min..max band for many."""
+    pts = per_round(rows, "epsilon_per_client")
+    if not pts:
+        return
+    rounds, spent = np.array([r for r, _ in pts]), np.array([e for _, e in pts], dtype=float)
+    marker = "." if len(rounds) == 1 else None  # a one-point line shows only its marker
+    if spent.shape[1] <= CLIENT_LINES_MAX:
+        ax.plot(rounds, spent, color="0.55", lw=0.8, alpha=0.8, marker=marker)
+        ax.lines[-1].set_label("each client")
+    else:
+        ax.fill_between(rounds, spent.min(axis=1), spent.max(axis=1), color="C0", alpha=0.2, lw=0,
+                        label=f"range over {spent.shape[1]} clients")
+        ax.plot(rounds, np.median(spent, axis=1), color="C0", lw=1, marker=marker, label="median client")
+
+
+def privacy_figure(
+    rows: list[dict[str, Any]], target: float | None = None, title: str = "", level: str = "example"
+) -> Figure | None:
+    """Epsilon spent after each round (the largest over clients at example ``level``, the
+    population's at client level), with the per-client curves when rows carry them and the
+    target as a dashed line; None for rows without ``epsilon``."""
+    spent = per_round(rows, "epsilon")
+    if not spent:
+        return None
+    fig = new_figure(7, 4.2)
     ax = fig.add_subplot()
-    for kind in ("global", "personal"):
-        values = [c[f"{kind}_{score}"] for c in clients if f"{kind}_{score}" in c]
-        if values:
-            ax.hist(values, bins=min(20, max(5, len(values) // 2)), alpha=0.6, label=f"{kind} model")
-    ax.set(xlabel=f"{score} on the client's own test split", ylabel="clients", title=title or f"per-client {score}")
-    if ax.patches:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return Path(path)
+    draw_client_epsilons(ax, rows)
+    label = "epsilon, largest over clients" if level == "example" else "epsilon of the population"
+    ax.plot(*zip(*spent), marker=".", color="C3", lw=2, label=label)
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=1, label=f"planned epsilon {target:.3g}")
+    ax.set(ylabel="epsilon spent so far", title="privacy spent per round")
+    ax.set_ylim(bottom=0)
+    round_axis(ax)
+    finish_axes(ax, legend=False)
+    legend_below(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_privacy_curve(
+    rows: list[dict[str, Any]], path: Path, target: float | None = None, title: str = "", level: str = "example"
+) -> Path | None:
+    """Write :func:`privacy_figure` to ``path``; nothing (None) for a run without DP."""
+    fig = privacy_figure(rows, target, title, level)
+    return None if fig is None else save(fig, path)
+
+
+def draw_sorted_scores(ax: Axes, values: np.ndarray, higher_is_better: bool, label: str, color: str) -> None:
+    """One model's client scores sorted worst first (x: % of clients), its mean (dashed) and the
+    mean of its worst 10% (a thick segment over those clients)."""
+    n = len(values)
+    ordered = np.sort(values) if higher_is_better else np.sort(values)[::-1]
+    x = 100 * (np.arange(n) + 0.5) / n
+    k = max(1, math.ceil(0.1 * n))
+    mean, worst = float(values.mean()), float(ordered[:k].mean())
+    ax.plot(x, ordered, color=color, marker="o" if n <= MARKERS_MAX_POINTS else None, ms=4,
+            label=f"{label}: mean {mean:.3g}, worst 10% {worst:.3g}")
+    if n > 1:
+        ax.axhline(mean, color=color, ls="--", lw=1)
+        ax.hlines(worst, 0, 100 * k / n, color=color, lw=3, alpha=0.8)
+
+
+def client_scores_figure(clients: list[dict[str, Any]], score: str, title: str = "") -> Figure:
+    """Every client's final score, global and personal models on the same axes: clients sorted
+    from worst to best, with the mean over clients and the mean of the worst 10%."""
+    fig = new_figure(7.5, 4.8)
+    ax = fig.add_subplot()
+    higher = score != "mse"
+    n = 0
+    for kind, color in (("global", "C0"), ("personal", "C1")):
+        values = np.array([c[f"{kind}_{score}"] for c in clients if c.get(f"{kind}_{score}") is not None], float)
+        if len(values):
+            draw_sorted_scores(ax, values, higher, f"{kind} model", color)
+            n = max(n, len(values))
+    if n > 1:
+        ax.axvspan(0, 100 * math.ceil(0.1 * n) / n, color="0.5", alpha=0.12, lw=0)
+    ax.set_xlim(0, 100)
+    ax.set(xlabel=f"clients sorted from worst to best (% of {n} client{'s' * (n != 1)})", ylabel=score_label(score),
+           title=f"final {score} of each client, on its own test split")
+    finish_axes(ax, legend=False)
+    if n > 1:
+        keys = [Line2D([], [], color="0.3", ls="--", lw=1), Line2D([], [], color="0.3", lw=3), Patch(color="0.88")]
+        legend_below(ax, keys, ["mean over clients", "mean of the worst 10%", "worst 10% of clients"])
+    elif n:
+        legend_below(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_client_scores(clients: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+    """Write :func:`client_scores_figure` to ``path``."""
+    return save(client_scores_figure(clients, score, title), path)

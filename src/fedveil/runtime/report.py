@@ -2,15 +2,40 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..data.label_plot import plot_label_distribution
-from .plots import CLIENT_HISTOGRAM_FILE, LEARNING_CURVES_FILE, plot_client_histogram, plot_learning_curves
-from .run_dir import CLIENT_METRICS_FILE, CONFIG_FILE, RunDirectory, RunDirError, read_json
+from .plots import (
+    CLIENT_SCORES_FILE,
+    LEARNING_CURVES_FILE,
+    PRIVACY_CURVE_FILE,
+    plot_client_scores,
+    plot_learning_curves,
+    plot_privacy_curve,
+    privacy_target,
+)
+from .run_dir import (
+    CLIENT_METRICS_FILE,
+    CONFIG_FILE,
+    SUMMARY_FILE,
+    RunDirectory,
+    RunDirError,
+    read_json,
+)
 
 PARTITION_FILE = "partition.json"
 LABEL_DISTRIBUTION_FILE = "label_distribution.png"
+
+
+def privacy_curve(run: RunDirectory, rows: list[dict[str, Any]], config: dict[str, Any], title: str) -> list[Path]:
+    """Draw the run's ``privacy_curve.png``; nothing for a run without DP."""
+    summary = read_json(run.file(SUMMARY_FILE)) if run.file(SUMMARY_FILE).exists() else None
+    level, delta = config["privacy"]["level"], config["privacy"]["delta"]
+    target, title = privacy_target(config, summary), f"{title} ({level}-level DP, delta {delta:g})"
+    png = plot_privacy_curve(rows, run.file(PRIVACY_CURVE_FILE), target, title, level)
+    return [] if png is None else [png]
 
 
 def write_report(path: str | Path) -> list[Path]:
@@ -25,9 +50,10 @@ def write_report(path: str | Path) -> list[Path]:
     title = f"{config['algorithm']['name']} on {config['data']['name']}"
     score = "mse" if any(k.endswith("_mse") or "_mse_" in k for r in rows for k in r) else "accuracy"
     written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title)]
+    written += privacy_curve(run, rows, config, title)
     if run.file(CLIENT_METRICS_FILE).exists():
         clients = read_json(run.file(CLIENT_METRICS_FILE))
-        written.append(plot_client_histogram(clients, score, run.file(CLIENT_HISTOGRAM_FILE), title))
+        written.append(plot_client_scores(clients, score, run.file(CLIENT_SCORES_FILE), title))
     if run.file(PARTITION_FILE).exists():
         partition = read_json(run.file(PARTITION_FILE))
         if partition.get("label_counts"):
