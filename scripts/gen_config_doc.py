@@ -7,6 +7,7 @@ from typing import Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+from fedveil.cli.catalog import markdown_reference
 from fedveil.config import RunConfig
 
 HEADER = """# Configuration reference
@@ -70,8 +71,18 @@ def section(name: str, model: type[BaseModel]) -> list[str]:
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 
+COMPONENTS = """
+# Components and their parameters
+
+Every algorithm, partitioner, model, data set and noise schedule a config can name, with
+its parameters and defaults (`fedveil config show NAME` prints one; `fedveil config show`
+prints the complete default config as TOML). A run's `config.json` holds the chosen
+algorithm's and partitioner's parameters with every default filled in.
+"""
+
+
 def render() -> str:
-    return HEADER + "\n".join(section("", RunConfig)) + "\n"
+    return HEADER + "\n".join(section("", RunConfig)) + "\n" + COMPONENTS + markdown_reference() + "\n"
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from .errors import ConfigError, format_validation_error
 
@@ -39,6 +39,16 @@ class _NamedComponent(BaseModel):
 
     def _params_class(self) -> type[BaseModel]:
         raise NotImplementedError
+
+    @model_serializer(mode="wrap")
+    def _with_defaults(self, handler) -> dict[str, Any]:
+        """``name`` and every parameter of the component, defaults filled in (config.json
+        then shows what the run used, not only what was given)."""
+        given = handler(self)
+        if type(self)._params_class is _NamedComponent._params_class:
+            return given
+        params = self.typed_params().model_dump(mode="json")
+        return {"name": given["name"], **params, **{k: v for k, v in given.items() if k not in params and k != "name"}}
 
     @model_validator(mode="after")
     def _check_params(self) -> "_NamedComponent":
@@ -103,7 +113,7 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
-    name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images, char-LSTM for text, MLP/linear for tables")
+    name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images of at least 16x16, an MLP for smaller images (8x8 digits), char-LSTM for text, MLP/linear for tables")
     options: dict[str, Any] = Field(default_factory=dict, description="model options, e.g. { width = 0.5 }")
     init_from: str | None = Field(
         None, description="start from a trained model: a finished run directory (its model.pt) or a .pt file of "
@@ -284,6 +294,18 @@ class RayConfig(_Section):
     inner: Literal["serial", "vectorized"] = Field("vectorized", description="how a worker trains its shard")
 
 
+class LogConfig(_Section):
+    """Experiment tracking: every round's metrics row (epsilon included) and the config also go
+    to TensorBoard and/or MLflow (docs/outputs.md); needs `pip install 'fedveil[tracking]'`."""
+
+    tensorboard: bool = Field(False, description="write TensorBoard event files under RUN_DIR/tensorboard")
+    mlflow_uri: str | None = Field(
+        None, min_length=1, description="MLflow tracking URI, e.g. sqlite:///mlflow.db or http://host:5000; None = off"
+    )
+    mlflow_experiment: str = Field("fedveil", min_length=1, description="MLflow experiment the run is logged to")
+    mlflow_run_name: str | None = Field(None, description="MLflow run name; default the run directory's name")
+
+
 class RunConfig(_Section):
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
     executor: Literal["serial", "vectorized", "ray"] = Field(
@@ -301,6 +323,7 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
 
     @field_validator("device")
     @classmethod
@@ -453,7 +476,8 @@ def validate(raw: dict[str, Any]) -> RunConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a TOML config (or start from defaults), apply overrides, validate."""
+    """Read a TOML config (or start from defaults), apply overrides, validate. Data paths in
+    the file are relative to its folder; those in overrides to the working directory."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -463,4 +487,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"config file '{path}' is not valid TOML: {err}") from None
+        from .data.source import file_relative_paths
+
+        raw = file_relative_paths(raw, path.parent)
     return validate(apply_overrides(raw, overrides or []))

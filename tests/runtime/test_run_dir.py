@@ -206,3 +206,17 @@ def test_metrics_rows_written_by_a_run_have_consecutive_rounds(tmp_path, skip_pl
         federation={"rounds": 3}
     ).model_dump(mode="json")
     assert tiny_raw()["federation"]["rounds"] == 6  # the helper's default was not mutated
+
+
+def test_reporting_settings_do_not_block_a_resume(tmp_path):
+    """[log] changes where a run is reported, not what it computes: a resume may turn tracking on."""
+    from fedveil.runtime.run_dir import RunDirectory, config_fingerprint
+
+    base = {"seed": 0, "federation": {"rounds": 3}, "log": {"tensorboard": False}}
+    tracked = {**base, "log": {"tensorboard": True}}
+    assert config_fingerprint(base) == config_fingerprint(tracked)
+    assert config_fingerprint(base) != config_fingerprint({**base, "seed": 1})
+    RunDirectory.create(tmp_path / "r", base)
+    RunDirectory.open_for_resume(tmp_path / "r", tracked)
+    with pytest.raises(RunDirError, match="differs in seed"):
+        RunDirectory.open_for_resume(tmp_path / "r", {**tracked, "seed": 1})

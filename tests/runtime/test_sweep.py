@@ -215,3 +215,11 @@ def test_a_ray_sweep_refuses_runs_that_use_the_ray_executor(tmp_path):
     plan = plan_sweep(None, [*TINY, "executor=ray", "seed=0,1"])
     with pytest.raises(RunDirError, match="executor must be serial or vectorized"):
         run_sweep(plan, tmp_path / "sw", use_ray=True, progress=False)
+
+
+def test_data_paths_in_the_config_file_are_read_from_its_folder(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    path = tmp_path / "cfg" / "grid.toml"
+    path.write_text('[data]\nroot = "../data/digits"\n[sweep]\nseed = [0, 1]\n')
+    plan = plan_sweep(path, [])
+    assert plan.base["data"]["root"] == str(tmp_path / "data" / "digits")

@@ -106,7 +106,9 @@ def params_table(params: list[Param], markdown: bool = False) -> str:
         return "(no parameters)" if not markdown else "_no parameters_"
     if markdown:
         rows = ["| parameter | type | default | meaning |", "|---|---|---|---|"]
-        rows += [f"| `{p.name}` | `{p.type}` | `{p.default}` | {p.meaning} |".replace("``", "") for p in params]
+        cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (a type such as `int | None`)
+        rows += [f"| `{p.name}` | `{cell(p.type)}` | `{cell(p.default)}` | {cell(p.meaning)} |".replace("``", "")
+                 for p in params]
         return "\n".join(rows)
     widths = [max(len(getattr(p, f)) for p in params) for f in ("name", "type", "default")]
     return "\n".join(

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import DATASETS
+from ..data.source import file_relative_paths
 from ..errors import ConfigError
 from ..models import MODELS
 from ..models.zoo import model_options
@@ -425,9 +426,5 @@ def load_ecos_config(path: str | Path, overrides: list[str] | None = None) -> EC
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file '{path}' is not valid TOML: {_one_line(err)}") from None
-    data = raw.get("data")
-    if isinstance(data, dict) and isinstance(data.get("root"), str):
-        root = Path(data["root"]).expanduser()
-        if not root.is_absolute():
-            data["root"] = str((path.resolve().parent / root).resolve())
+    raw = file_relative_paths(raw, path.parent)
     return ecos_config_from_dict(apply_overrides(raw, list(overrides or [])), base_dir=Path.cwd())

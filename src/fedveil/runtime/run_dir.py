@@ -31,9 +31,14 @@ class RunDirError(RuntimeError):
     """The run directory cannot be used as asked (already holds a run, another config...)."""
 
 
+# settings that change where a run is reported, not what it computes: a resume may change them
+REPORTING_KEYS = ("log",)
+
+
 def config_fingerprint(config: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of a resolved config."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    """SHA-256 of the canonical JSON of a resolved config, its reporting settings left out."""
+    kept = {k: v for k, v in config.items() if k not in REPORTING_KEYS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
 def atomic_write(path: Path, write) -> None:
@@ -99,7 +104,7 @@ class RunDirectory:
             return cls.create(path, config)
         saved = read_json(run.file(CONFIG_FILE))
         if config_fingerprint(saved) != config_fingerprint(config):
-            changed = sorted(_diff_keys(saved, config))
+            changed = sorted(k for k in _diff_keys(saved, config) if k.split(".")[0] not in REPORTING_KEYS)
             raise RunDirError(
                 f"cannot resume '{run.path}': its config differs in {', '.join(changed)}; "
                 "resume with the saved config (omit CONFIG) or start a new run with another --out"

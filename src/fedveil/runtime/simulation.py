@@ -44,13 +44,18 @@ from .initial_model import initial_params
 from .sampling import client_schedule, secure_cohort
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
+from .tracking import check_tracking, tracking_sinks
+
+
+AUTO_CNN_MIN_SIDE = 16  # smaller images (8x8 digits) train better and faster as MLP inputs
 
 
 def auto_model_name(data: FederatedDataset) -> str:
-    """``model.name = "auto"``: LeNet for images, char-LSTM for token sequences, an MLP
-    for tabular classification and a linear model for tabular regression."""
+    """``model.name = "auto"``: LeNet for images of at least 16x16, an MLP for smaller
+    images (8x8 digits) and tabular classification, char-LSTM for token sequences and a
+    linear model for tabular regression."""
     if len(data.input_shape) == 3:
-        return "lenet"
+        return "lenet" if min(data.input_shape[1:]) >= AUTO_CNN_MIN_SIDE else "mlp"
     if not data.test.x.is_floating_point():
         return "char_lstm"
     return "mlp" if data.task == "classification" else "linear"
@@ -173,6 +178,7 @@ class Simulation:
     def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
         """Resolve the device, load data, build the model and the algorithm; raises before
         anything is written. The model and the data are moved to the device here, once."""
+        check_tracking(config.log)
         device = resolve_device(config.device)
         data = build_dataset(config.data, config.seed)
         check_metrics(config.eval.metrics, config.eval.group, data)
@@ -309,12 +315,15 @@ class Simulation:
         return self.config.model_dump(mode="json")
 
     def run(self, out: str | Path, resume: bool = False) -> dict[str, Any]:
-        """Train all rounds, writing into run directory ``out``; returns the summary."""
-        return self.record(DirectoryRecorder.open(out, self.config_dict, resume, plots=write_report))
+        """Train all rounds, writing into run directory ``out`` (and to the ``[log]`` trackers);
+        returns the summary."""
+        with tracking_sinks(self.config.log, out, self.config_dict) as sinks:
+            return self.record(DirectoryRecorder.open(out, self.config_dict, resume, plots=write_report), sinks)
 
-    def record(self, recorder: RunRecorder | None = None) -> dict[str, Any]:
+    def record(self, recorder: RunRecorder | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
         """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
-        what a run keeps (default: a :class:`MemoryRecorder`); returns the summary."""
+        what a run keeps (default: a :class:`MemoryRecorder`); returns the summary.
+        ``callbacks`` watch this call only, after :attr:`callbacks`."""
         recorder = MemoryRecorder() if recorder is None else recorder
         fingerprint = config_fingerprint(self.config_dict)
         checkpoint = recorder.load_checkpoint(self.device)
@@ -333,12 +342,14 @@ class Simulation:
             self.privacy.load_state_dict(state["privacy"], self.schedule, state["round"])
         recorder.record_partition(self.partition_facts())
         rows = recorder.rows_through(state["round"])
-        return self._loop(recorder, state, rows, fingerprint)
+        return self._loop(recorder, state, rows, fingerprint, [*self.callbacks, *callbacks])
 
-    def _loop(self, recorder: RunRecorder, state: dict[str, Any], rows: list[dict], fingerprint: str) -> dict[str, Any]:
+    def _loop(
+        self, recorder: RunRecorder, state: dict[str, Any], rows: list[dict], fingerprint: str, callbacks: list[Callback],
+    ) -> dict[str, Any]:
         rounds, every = self.config.federation.rounds, self.config.checkpoint.every
         evaluator, client_rows = self.evaluator(), None
-        for cb in self.callbacks:
+        for cb in callbacks:
             cb.on_run_start(rounds, state["round"])
         started = time.perf_counter() - state["elapsed_s"]
         for r in range(state["round"], rounds):
@@ -350,7 +361,7 @@ class Simulation:
             state["elapsed_s"] = row["elapsed_s"] = time.perf_counter() - started
             recorder.record_row(row)
             rows.append(row)
-            for cb in self.callbacks:
+            for cb in callbacks:
                 cb.on_round_end(row)
             if last or (every and (r + 1) % every == 0):
                 self._save_checkpoint(recorder, state, fingerprint)
@@ -362,7 +373,7 @@ class Simulation:
         if self.algorithm.has_global_model:  # local / MOCHA / IFCA: no one model to save
             recorder.save_model(self.algorithm.global_params(state["server"]))
         recorder.finish(summary, client_rows)
-        for cb in self.callbacks:
+        for cb in callbacks:
             cb.on_run_end(summary)
         return summary
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, apply_overrides, validate
+from ..data.source import file_relative_paths
 from ..errors import ConfigError
 
 SWEEP_TABLE = "sweep"
@@ -176,6 +177,7 @@ def _read_config(path: str | Path | None) -> tuple[dict[str, Any], list[Axis], s
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file '{path}' is not valid TOML: {err}") from None
+    raw = file_relative_paths(raw, path.parent)
     table = raw.pop(SWEEP_TABLE, {})
     if not isinstance(table, dict):
         raise ConfigError(f"[{SWEEP_TABLE}] in '{path}' must be a table of key = [values]")

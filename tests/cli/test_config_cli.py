@@ -1,0 +1,99 @@
+"""``fedveil config show`` and the defaults a run's config.json holds."""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+import fedveil.runtime.simulation as simulation
+from fedveil.algorithms import ALGORITHMS
+from fedveil.cli.main import main
+from fedveil.config import RunConfig, validate
+from fedveil.data import PARTITIONERS
+from fedveil.models import MODELS
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(simulation, "write_report", lambda path: [])
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def param_names(out: str) -> list[str]:
+    return [line.split()[0] for line in out.splitlines()[2:]]
+
+
+def test_show_an_algorithm_lists_its_params_with_defaults(capsys):
+    code, out, err = cli(capsys, "config", "show", "fedprox")
+    assert code == 0, err
+    assert out.startswith("fedprox: algorithm — FedProx")
+    assert param_names(out) == list(ALGORITHMS.get("fedprox").Params.model_fields)
+    mu = next(line for line in out.splitlines() if line.split()[0] == "mu")
+    assert mu.split()[1:3] == ["float", "0.01"]
+
+
+def test_show_a_partitioner_a_model_and_a_data_set(capsys):
+    out = cli(capsys, "config", "show", "dirichlet")[1]
+    assert param_names(out) == list(PARTITIONERS.get("dirichlet").Params.model_fields)
+    out = cli(capsys, "config", "show", "mlp")[1]
+    assert out.splitlines()[1].strip() == "set in [model] options = { ... }"
+    assert param_names(out) == ["hidden"] and "(200, 200)" in out
+    assert MODELS.get("mlp")  # the model the listing describes exists
+    out = cli(capsys, "config", "show", "school")[1]
+    assert param_names(out) == ["normalize_target", "scale_features"]
+    out = cli(capsys, "config", "show", "dynamic")[1]
+    assert param_names(out) == ["gamma"]  # R and T are the run's
+
+
+def test_an_unknown_name_is_one_line_with_the_nearest_names(capsys):
+    code, _, err = cli(capsys, "config", "show", "fedprx")
+    assert code == 2 and err.count("\n") == 1
+    assert "no algorithm, partitioner, model, data set or noise schedule is called 'fedprx' (did you mean 'fedprox'" in err
+
+
+def test_show_alone_prints_the_complete_default_config_as_toml(capsys):
+    code, out, err = cli(capsys, "config", "show")
+    assert code == 0, err
+    assert validate(tomllib.loads(out)).model_dump() == RunConfig().model_dump()
+    assert "[privacy.noise_schedule]" in out and "# epsilon = (unset)" in out
+
+
+def test_config_json_holds_every_default_of_the_chosen_components(tmp_path, capsys):
+    code, _, err = cli(capsys, "run", "model.name=linear", "data.num_clients=4", "federation.rounds=1",
+                       "federation.clients_per_round=2", "algorithm.name=fedprox", "data.partition.name=dirichlet",
+                       "--out", "r", "--quiet")
+    assert code == 0, err
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert saved["algorithm"] == {"name": "fedprox", **ALGORITHMS.get("fedprox").Params().model_dump(mode="json")}
+    assert saved["algorithm"]["mu"] == 0.01
+    assert saved["data"]["partition"] == {"name": "dirichlet", "alpha": 0.5, "min_size": 10, "max_retries": 100}
+    # and it is a config: the run resumes from it, and it validates to itself
+    assert validate(saved).model_dump(mode="json") == saved
+    assert cli(capsys, "run", "--resume", "--out", "r", "--quiet")[0] == 0
+
+
+def test_data_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monkeypatch):
+    from fedveil.config import load_config
+
+    (tmp_path / "project" / "configs").mkdir(parents=True)
+    path = tmp_path / "project" / "configs" / "run.toml"
+    path.write_text('[data]\nname = "rotated_digits"\nroot = "../data/mnist"\noptions = { base_root = "mnist" }\n')
+    monkeypatch.chdir(tmp_path)
+    config = load_config(str(path.relative_to(tmp_path)))
+    assert config.data.root == str(tmp_path / "project" / "data" / "mnist")
+    assert config.data.options["base_root"] == str(tmp_path / "project" / "configs" / "mnist")
+    # on the command line, a path is the shell's: relative to the working directory
+    assert load_config(str(path), ["data.root=here"]).data.root == "here"
+    monkeypatch.setenv("FEDVEIL_DATA", str(tmp_path / "store"))
+    path.write_text('[data]\nroot = "$FEDVEIL_DATA/mnist-10k"\n')
+    assert load_config(str(path)).data.root == str(tmp_path / "store" / "mnist-10k")
+    path.write_text('[data]\nroot = "~/mnist"\n')
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_config(str(path)).data.root == str(tmp_path / "home" / "mnist")
