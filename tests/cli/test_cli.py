@@ -428,3 +428,12 @@ def test_a_misspelt_section_gets_the_real_one(tmp_path, capsys):
     (tmp_path / "typo.toml").write_text('[dataa]\nname = "digits"\n')
     code, _, err = cli(capsys, "run", "typo.toml", "--quiet")
     assert_user_error(code, err, "dataa: Extra inputs are not permitted (did you mean 'data'?)")
+
+
+def test_overrides_may_follow_the_options(tmp_path, capsys, skip_plots):
+    code, _, err = cli(capsys, "run", "--out", "r", *TINY[:-1], "--quiet", "client.lr=0.2")
+    assert code == 0, err
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["client"]["lr"] == 0.2
+    with pytest.raises(SystemExit):
+        main(["run", "--out", "r2", "--no-such-flag"])
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err

@@ -176,8 +176,20 @@ def user_errors() -> tuple[type[Exception], ...]:
     return ConfigError, DataError, RunDirError, UnknownNameError
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with config items allowed after options too (``fedveil run CFG
+    --out R rounds=5``: argparse alone takes a list positional only once)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "items") and not any(e.startswith("-") for e in extra):
+        args.items = [*args.items, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from ..privacy.ledger_check import PrivacyCheckError
 
     reported = user_errors()
