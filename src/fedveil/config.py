@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
+from .config_file import read_config_file
 from .errors import ConfigError, format_validation_error
 
 
@@ -478,16 +479,5 @@ def validate(raw: dict[str, Any]) -> RunConfig:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read a TOML config (or start from defaults), apply overrides, validate. Data paths in
     the file are relative to its folder; those in overrides to the working directory."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file '{path}' does not exist")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"config file '{path}' is not valid TOML: {err}") from None
-        from .data.source import file_relative_paths
-
-        raw = file_relative_paths(raw, path.parent)
+    raw = {} if path is None else read_config_file(path)
     return validate(apply_overrides(raw, overrides or []))

@@ -6,32 +6,21 @@ import tomllib
 
 import pytest
 
-import fedveil.runtime.simulation as simulation
 from fedveil.algorithms import ALGORITHMS
-from fedveil.cli.main import main
 from fedveil.config import RunConfig, validate
 from fedveil.data import PARTITIONERS
 from fedveil.models import MODELS
 
 
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(simulation, "write_report", lambda path: [])
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("in_tmp_without_plots")
 
 
 def param_names(out: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines()[2:]]
 
 
-def test_show_an_algorithm_lists_its_params_with_defaults(capsys):
-    code, out, err = cli(capsys, "config", "show", "fedprox")
+def test_show_an_algorithm_lists_its_params_with_defaults(fedveil_cli):
+    code, out, err = fedveil_cli("config", "show", "fedprox")
     assert code == 0, err
     assert out.startswith("fedprox: algorithm — FedProx")
     assert param_names(out) == list(ALGORITHMS.get("fedprox").Params.model_fields)
@@ -39,34 +28,34 @@ def test_show_an_algorithm_lists_its_params_with_defaults(capsys):
     assert mu.split()[1:3] == ["float", "0.01"]
 
 
-def test_show_a_partitioner_a_model_and_a_data_set(capsys):
-    out = cli(capsys, "config", "show", "dirichlet")[1]
+def test_show_a_partitioner_a_model_and_a_data_set(fedveil_cli):
+    out = fedveil_cli("config", "show", "dirichlet")[1]
     assert param_names(out) == list(PARTITIONERS.get("dirichlet").Params.model_fields)
-    out = cli(capsys, "config", "show", "mlp")[1]
+    out = fedveil_cli("config", "show", "mlp")[1]
     assert out.splitlines()[1].strip() == "set in [model] options = { ... }"
     assert param_names(out) == ["hidden"] and "(200, 200)" in out
     assert MODELS.get("mlp")  # the model the listing describes exists
-    out = cli(capsys, "config", "show", "school")[1]
-    assert param_names(out) == ["normalize_target", "scale_features"]
-    out = cli(capsys, "config", "show", "dynamic")[1]
+    out = fedveil_cli("config", "show", "school")[1]
+    assert param_names(out) == ["normalize_target", "scale_features", "standardize_features"]
+    out = fedveil_cli("config", "show", "dynamic")[1]
     assert param_names(out) == ["gamma"]  # R and T are the run's
 
 
-def test_an_unknown_name_is_one_line_with_the_nearest_names(capsys):
-    code, _, err = cli(capsys, "config", "show", "fedprx")
+def test_an_unknown_name_is_one_line_with_the_nearest_names(fedveil_cli):
+    code, _, err = fedveil_cli("config", "show", "fedprx")
     assert code == 2 and err.count("\n") == 1
     assert "no algorithm, partitioner, model, data set or noise schedule is called 'fedprx' (did you mean 'fedprox'" in err
 
 
-def test_show_alone_prints_the_complete_default_config_as_toml(capsys):
-    code, out, err = cli(capsys, "config", "show")
+def test_show_alone_prints_the_complete_default_config_as_toml(fedveil_cli):
+    code, out, err = fedveil_cli("config", "show")
     assert code == 0, err
     assert validate(tomllib.loads(out)).model_dump() == RunConfig().model_dump()
     assert "[privacy.noise_schedule]" in out and "# epsilon = (unset)" in out
 
 
-def test_config_json_holds_every_default_of_the_chosen_components(tmp_path, capsys):
-    code, _, err = cli(capsys, "run", "model.name=linear", "data.num_clients=4", "federation.rounds=1",
+def test_config_json_holds_every_default_of_the_chosen_components(tmp_path, fedveil_cli):
+    code, _, err = fedveil_cli("run", "model.name=linear", "data.num_clients=4", "federation.rounds=1",
                        "federation.clients_per_round=2", "algorithm.name=fedprox", "data.partition.name=dirichlet",
                        "--out", "r", "--quiet")
     assert code == 0, err
@@ -76,7 +65,7 @@ def test_config_json_holds_every_default_of_the_chosen_components(tmp_path, caps
     assert saved["data"]["partition"] == {"name": "dirichlet", "alpha": 0.5, "min_size": 10, "max_retries": 100}
     # and it is a config: the run resumes from it, and it validates to itself
     assert validate(saved).model_dump(mode="json") == saved
-    assert cli(capsys, "run", "--resume", "--out", "r", "--quiet")[0] == 0
+    assert fedveil_cli("run", "--resume", "--out", "r", "--quiet")[0] == 0
 
 
 def test_data_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monkeypatch):

@@ -5,23 +5,12 @@ import json
 
 import pytest
 
-import fedveil.runtime.simulation as simulation
-from fedveil.cli.main import main
 
 TINY = ["model.name=linear", "data.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2",
         "client.lr=0.1"]
 
 
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(simulation, "write_report", lambda path: [])
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("in_tmp_without_plots")
 
 
 def one_line_error(code, err, fragment):
@@ -29,8 +18,8 @@ def one_line_error(code, err, fragment):
     assert err.count("\n") == 1 and err.startswith("fedveil: error: ") and fragment in err, err
 
 
-def test_sweep_then_compare(tmp_path, capsys):
-    code, out, err = cli(capsys, "sweep", *TINY, "privacy.level=example", "privacy.epsilon=2,6", "seed=0,1",
+def test_sweep_then_compare(tmp_path, fedveil_cli):
+    code, out, err = fedveil_cli("sweep", *TINY, "privacy.level=example", "privacy.epsilon=2,6", "seed=0,1",
                          "--out", "sw", "--quiet")
     assert code == 0, err
     lines = out.splitlines()
@@ -40,7 +29,7 @@ def test_sweep_then_compare(tmp_path, capsys):
     assert spent == pytest.approx([2, 2, 6, 6], abs=0.01)  # calibrated to spend at most the target
     assert lines[-1] == "4 runs in sw; compare them with: fedveil compare sw"
 
-    code, out, err = cli(capsys, "compare", "sw")
+    code, out, err = fedveil_cli("compare", "sw")
     assert code == 0, err
     table = out.splitlines()
     assert table[0].split()[:2] == ["epsilon", "n"]
@@ -54,14 +43,14 @@ def test_sweep_then_compare(tmp_path, capsys):
         assert str(tmp_path.joinpath("sw", name).relative_to(tmp_path)) in out
 
 
-def test_resume_continues_and_a_rerun_without_it_is_refused(tmp_path, capsys):
-    assert cli(capsys, "sweep", *TINY, "seed=0,1", "--out", "sw", "--quiet")[0] == 0
-    code, _, err = cli(capsys, "sweep", *TINY, "seed=0,1", "--out", "sw", "--quiet")
+def test_resume_continues_and_a_rerun_without_it_is_refused(tmp_path, fedveil_cli):
+    assert fedveil_cli("sweep", *TINY, "seed=0,1", "--out", "sw", "--quiet")[0] == 0
+    code, _, err = fedveil_cli("sweep", *TINY, "seed=0,1", "--out", "sw", "--quiet")
     one_line_error(code, err, "already holds a sweep: pass --resume")
-    code, out, err = cli(capsys, "sweep", "--resume", "--out", "sw", "--quiet")
+    code, out, err = fedveil_cli("sweep", "--resume", "--out", "sw", "--quiet")
     assert code == 0, err
     assert out.splitlines()[:2] == ["[1/2] seed=0: finished earlier, kept", "[2/2] seed=1: finished earlier, kept"]
-    code, _, err = cli(capsys, "sweep", *TINY, "seed=0,1,2", "--resume", "--out", "sw", "--quiet")
+    code, _, err = fedveil_cli("sweep", *TINY, "seed=0,1,2", "--resume", "--out", "sw", "--quiet")
     one_line_error(code, err, "differ from its sweep.json")
 
 
@@ -73,27 +62,27 @@ def test_resume_continues_and_a_rerun_without_it_is_refused(tmp_path, capsys):
     (["sweep", "seed=0,1", "--resume", "--out", "x"], "holds no sweep to resume"),
     (["compare", "nowhere"], "'nowhere' is neither a run directory"),
 ])
-def test_errors_are_one_line_and_write_nothing(tmp_path, capsys, argv, fragment):
-    code, _, err = cli(capsys, *argv)
+def test_errors_are_one_line_and_write_nothing(tmp_path, argv, fragment, fedveil_cli):
+    code, _, err = fedveil_cli(*argv)
     one_line_error(code, err, fragment)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_sweep_table_in_a_config_file(tmp_path, capsys):
+def test_a_sweep_table_in_a_config_file(tmp_path, fedveil_cli):
     (tmp_path / "grid.toml").write_text(
         '[model]\nname = "linear"\n[data]\nnum_clients = 4\n[federation]\nrounds = 1\nclients_per_round = 2\n'
         "[sweep]\nclient.lr = [0.05, 0.1]\nseed = [3, 4]\n"
     )
-    code, out, err = cli(capsys, "sweep", "grid.toml", "--zip", "--out", "sw", "--quiet")
+    code, out, err = fedveil_cli("sweep", "grid.toml", "--zip", "--out", "sw", "--quiet")
     assert code == 0, err
     assert [line.split(":")[0] for line in out.splitlines()[:2]] == ["[1/2] lr=0.05 seed=3", "[2/2] lr=0.1 seed=4"]
     assert json.loads((tmp_path / "sw" / "runs" / "1_lr=0.1_seed=4" / "config.json").read_text())["seed"] == 4
 
 
-def test_compare_of_run_directories_writes_into_compare(tmp_path, capsys):
+def test_compare_of_run_directories_writes_into_compare(tmp_path, fedveil_cli):
     for lr in ("0.05", "0.2"):
-        assert cli(capsys, "run", *TINY, f"client.lr={lr}", "--out", f"lr{lr}", "--quiet")[0] == 0
-    code, out, err = cli(capsys, "compare", "lr0.05", "lr0.2")
+        assert fedveil_cli("run", *TINY, f"client.lr={lr}", "--out", f"lr{lr}", "--quiet")[0] == 0
+    code, out, err = fedveil_cli("compare", "lr0.05", "lr0.2")
     assert code == 0, err
     assert out.splitlines()[0].split()[:2] == ["lr", "n"]
     assert (tmp_path / "compare" / "compare_curves.png").is_file()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..registry import Registry
 from .arrays import ArrayDataset
@@ -45,22 +45,3 @@ def resolve_data_dir(name: str, root: str | os.PathLike | None) -> Path:
     if base:
         return Path(base).expanduser() / name
     return Path.home() / ".cache" / "fedveil" / name
-
-
-# data paths a config file may give; relative ones are read from the file's own folder
-FILE_RELATIVE_PATHS = (("data", "root"), ("data", "options", "base_root"))
-
-
-def file_relative_paths(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """``raw`` (a config file's table) with its data paths made absolute: ``~`` and
-    ``$VARS`` (e.g. ``$FEDVEIL_DATA/mnist-10k``) expanded, then a relative path joined to
-    ``folder``, so an example config runs from any working directory."""
-    for keys in FILE_RELATIVE_PATHS:
-        node = raw
-        for key in keys[:-1]:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or not isinstance(node.get(keys[-1]), str):
-            continue
-        value = Path(os.path.expandvars(node[keys[-1]])).expanduser()
-        node[keys[-1]] = str(value if value.is_absolute() else (folder.resolve() / value).resolve())
-    return raw

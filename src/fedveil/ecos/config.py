@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import DATASETS
-from ..data.source import file_relative_paths
+from ..config_file import read_config_file
 from ..errors import ConfigError
 from ..models import MODELS
 from ..models.zoo import model_options
@@ -419,12 +419,5 @@ def load_ecos_config(path: str | Path, overrides: list[str] | None = None) -> EC
     """Read an ECOS job's TOML file, apply ``key=value`` overrides and validate.  A relative
     ``data.root`` written in the file is read against the file's folder; one given as an
     override, against the working directory."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file '{path}' is not valid TOML: {_one_line(err)}") from None
-    raw = file_relative_paths(raw, path.parent)
+    raw = read_config_file(path)
     return ecos_config_from_dict(apply_overrides(raw, list(overrides or [])), base_dir=Path.cwd())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .run_dir import CONFIG_FILE, SUMMARY_FILE, RunDirectory, RunDirError, read_json
+from .run_dir import SUMMARY_FILE, read_json, read_run
 
 MAX_LINES = 25
 
@@ -35,17 +35,11 @@ def format_rows(rows: list[dict[str, Any]], keys: list[str]) -> str:
 
 def run_table(path: str | Path) -> str:
     """The metrics table of run directory ``path``."""
-    run = RunDirectory(path)
-    if not run.has_run:
-        raise RunDirError(f"'{path}' is not a fedveil run directory (no {CONFIG_FILE})")
-    rows = run.metrics()
-    if not rows:
-        raise RunDirError(f"run '{path}' has no finished round yet")
+    run, rows, config = read_run(path)
     summary = read_json(run.file(SUMMARY_FILE)) if run.file(SUMMARY_FILE).is_file() else None
     score = summary["score"] if summary else ("mse" if any(k.endswith("_mse") for r in rows for k in r) else "accuracy")
     evaluated = [r for r in rows if any(k.endswith(score) or f"_{score}_" in k for k in r)] or rows
     shown = thin(evaluated)
-    config = read_json(run.file(CONFIG_FILE))
     planned = config["federation"]["rounds"]
     head = f"{config['algorithm']['name']} on {config['data']['name']}: {rows[-1]['round']}/{planned} rounds"
     head += "" if summary else " (not finished)"

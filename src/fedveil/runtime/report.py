@@ -16,14 +16,7 @@ from .plots import (
     plot_privacy_curve,
     privacy_target,
 )
-from .run_dir import (
-    CLIENT_METRICS_FILE,
-    CONFIG_FILE,
-    SUMMARY_FILE,
-    RunDirectory,
-    RunDirError,
-    read_json,
-)
+from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, read_json, read_run
 
 PARTITION_FILE = "partition.json"
 LABEL_DISTRIBUTION_FILE = "label_distribution.png"
@@ -40,13 +33,7 @@ def privacy_curve(run: RunDirectory, rows: list[dict[str, Any]], config: dict[st
 
 def write_report(path: str | Path) -> list[Path]:
     """Write the PNG plots of run directory ``path``; returns the files written."""
-    run = RunDirectory(path)
-    if not run.has_run:
-        raise RunDirError(f"'{path}' is not a fedveil run directory (no {CONFIG_FILE})")
-    rows = run.metrics()
-    if not rows:
-        raise RunDirError(f"run '{path}' has no finished round yet; nothing to plot")
-    config = read_json(run.file(CONFIG_FILE))
+    run, rows, config = read_run(path)
     title = f"{config['algorithm']['name']} on {config['data']['name']}"
     score = "mse" if any(k.endswith("_mse") or "_mse_" in k for r in rows for k in r) else "accuracy"
     written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title)]

@@ -157,6 +157,18 @@ class RunDirectory:
         atomic_write(self.file(MODEL_FILE), lambda h: torch.save(cpu, h))
 
 
+def read_run(path: str | os.PathLike) -> tuple[RunDirectory, list[dict[str, Any]], dict[str, Any]]:
+    """A run directory, its metric rows and its config; RunDirError when ``path`` holds no
+    run or the run has no finished round yet."""
+    run = RunDirectory(path)
+    if not run.has_run:
+        raise RunDirError(f"'{path}' is not a fedveil run directory (no {CONFIG_FILE})")
+    rows = run.metrics()
+    if not rows:
+        raise RunDirError(f"run '{path}' has no finished round yet")
+    return run, rows, read_json(run.file(CONFIG_FILE))
+
+
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> set[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out: set[str] = set()

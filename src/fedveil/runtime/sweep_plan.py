@@ -16,13 +16,12 @@ import itertools
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, apply_overrides, validate
-from ..data.source import file_relative_paths
+from ..config_file import read_config_file
 from ..errors import ConfigError
 
 SWEEP_TABLE = "sweep"
@@ -170,14 +169,7 @@ def toml_literal(value: Any) -> str:
 def _read_config(path: str | Path | None) -> tuple[dict[str, Any], list[Axis], str]:
     if path is None:
         return {}, [], "grid"
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file '{path}' is not valid TOML: {err}") from None
-    raw = file_relative_paths(raw, path.parent)
+    raw = read_config_file(path)
     table = raw.pop(SWEEP_TABLE, {})
     if not isinstance(table, dict):
         raise ConfigError(f"[{SWEEP_TABLE}] in '{path}' must be a table of key = [values]")

@@ -49,7 +49,7 @@ def _cells(mat: dict, key: str, path: Path) -> list[np.ndarray]:
 @DATASETS.register("school", "ILEA School exam scores, 139 schools as natural silos (regression)")
 def load_school(
     root: str | os.PathLike | None = None, *, download: bool = True, normalize_target: bool = False,
-    scale_features: bool = False,
+    scale_features: bool = False, standardize_features: bool = False,
 ) -> DataSource:
     """All students as one train split: x (N, 28) float32, y (N,) float32 exam scores,
     ``groups["school"]`` the school index 0..138 (int64), the natural client id.
@@ -59,7 +59,11 @@ def load_school(
     ``scale_features`` divides every column by its largest absolute value, so that the two
     integer-valued columns (up to 91 and 43; the others are 0/1) are on the same [0, 1]
     scale. Without it, isotropic DP-SGD noise on those weights is multiplied by ~90 in
-    every prediction and small silos' private models are useless."""
+    every prediction and small silos' private models are useless.
+    ``standardize_features`` declares all 28 columns continuous, so that ``data.standardize``
+    standardises them; with ``data.standardize = "per_client"`` that is the reference code's
+    per-silo StandardScaler fitted on the silo's training rows ([C1], reference_code_notes
+    §4.6; the constant last column becomes 0, the model's bias takes its place)."""
     path = ensure_files("school", resolve_data_dir("school", root), [FILE], download) / FILE.name
     try:
         mat = scipy.io.loadmat(path)
@@ -96,4 +100,5 @@ def load_school(
         {"school": torch.from_numpy(school.astype(np.int64))},
         {"num_schools": len(xs)},
     )
-    return DataSource(train, None, "regression", 0, natural_groups="school")
+    continuous = tuple(range(NUM_FEATURES)) if standardize_features else ()
+    return DataSource(train, None, "regression", 0, natural_groups="school", continuous=continuous)
