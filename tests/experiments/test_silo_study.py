@@ -73,3 +73,24 @@ def test_a_bad_config_fails_before_any_run(tmp_path):
     with pytest.raises(ConfigError, match="rounds"):
         run_grid(tmp_path / "runs", study, SiloTask("toy", "accuracy", config))
     assert not (tmp_path / "runs").exists()  # the valid local run was not started either
+
+
+def test_claim_rows_give_each_paired_gap_with_its_standard_error():
+    import statistics
+
+    study = SiloStudy(epsilons=[2.0], lambdas=[1.0])
+    results = {"local": {"2": [0.80, 0.70, 0.75]}, "fedavg": {"2": [0.81, 0.79, 0.80]},
+               "mr_mtl(lam=1)": {"2": [0.83, 0.80, 0.84]}}
+    (row,) = beats_both_rows(results, study, ACCURACY, "yes")
+    to_local = [0.03, 0.10, 0.09]
+    se = statistics.stdev(to_local) / 3 ** 0.5
+    assert f"vs local {statistics.fmean(to_local):+.5f} ± {se:.5f} s.e. (beyond 2 s.e.)" in row.measured
+    to_fedavg = [0.02, 0.01, 0.04]  # mean 0.0233, s.e. 0.0088: beyond 2 s.e.
+    se = statistics.stdev(to_fedavg) / 3 ** 0.5
+    assert f"vs fedavg {statistics.fmean(to_fedavg):+.5f} ± {se:.5f} s.e. (beyond 2 s.e.)" in row.measured
+    results["fedavg"]["2"] = [0.85, 0.75, 0.80]  # same mean, noisy pairs: within 2 s.e.
+    (row,) = beats_both_rows(results, study, ACCURACY, "yes")
+    noisy = [0.83 - 0.85, 0.80 - 0.75, 0.84 - 0.80]
+    se = statistics.stdev(noisy) / 3 ** 0.5
+    assert abs(statistics.fmean(noisy)) < 2 * se
+    assert row.verdict == "holds" and f"vs fedavg {statistics.fmean(noisy):+.5f} ± {se:.5f} s.e. (within 2 s.e.)" in row.measured
