@@ -1,20 +1,26 @@
-"""FedAvg with a LeNet CNN on non-IID MNIST (McMahan et al., 2017, "CNN on MNIST").
+"""FedAvg with McMahan et al.'s MNIST CNN on non-IID MNIST (McMahan et al., 2017, "CNN on MNIST").
 
-McMahan et al. report 99% test accuracy for FedAvg with a CNN on the full 60k MNIST
-under pathological non-IID splits. Here the data is the 10,000-image MNIST subset (IDX
-format), split over 20 clients with Dirichlet(0.5) label skew, 10 clients per round;
-the foundation issue's target is >= 95% pooled test accuracy.
+McMahan et al. (Table 2) report the rounds FedAvg needs to reach 99% test accuracy with
+their CNN on the full MNIST: 100 clients holding 2 label-sorted shards of 300 images each
+(pathological non-IID), C = 0.1 of them per round, plain SGD with a tuned learning rate:
+229 rounds with E = 5, B = 10 and 173 with E = 20, B = 10 (FedSGD: 483). Here the data is
+the 10,000-image MNIST subset (IDX format) over 20 clients with Dirichlet(0.5) label skew,
+10 clients per round, E = 1, B = 32, momentum 0.9, for 20 rounds; the target is 95%
+pooled test accuracy, and the rounds to reach it are reported beside the paper's rounds
+to 99% (different data, split and target: not comparable number for number).
 """
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from ..config import validate
 from ..runtime import run
+from ..runtime.run_dir import read_metrics
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 
 TARGET_ACCURACY = 0.95
-PAPER_ACCURACY = 0.99
+PAPER_ROUNDS_TO_99 = "229 (E=5, B=10) / 173 (E=20, B=10); FedSGD 483"  # Table 2, CNN, pathological non-IID
 
 
 def _config(ctx: ExperimentContext, seed: int) -> dict:
@@ -34,33 +40,62 @@ def _config(ctx: ExperimentContext, seed: int) -> dict:
     }
 
 
+def rounds_to(rows: list[dict[str, Any]], target: float, key: str = "global_test_accuracy") -> int | None:
+    """The first round whose ``key`` reaches ``target`` (None: never)."""
+    return next((r["round"] for r in rows if r.get(key, -1.0) >= target), None)
+
+
+def departures(config: dict) -> list[str]:
+    """Every way this run differs from McMahan et al.'s CNN-on-MNIST setting."""
+    client, fed = config["client"], config["federation"]
+    width = config["model"]["options"]["width"]
+    return [
+        "data: the 10,000-image MNIST subset, 20% of each client's rows as its test split (their union is the "
+        "pooled test set), instead of 60,000 training and the 10,000 test images",
+        f"clients: {config['data']['num_clients']} with Dirichlet({config['data']['partition']['alpha']}) label skew, "
+        f"{fed['clients_per_round']} per round (C = {fed['clients_per_round'] / config['data']['num_clients']:g}), "
+        "instead of 100 clients with 2 label-sorted shards of 300 images each, C = 0.1",
+        "model: fedveil's `lenet` is the paper's CNN (two 5x5 convolutions with 32 and 64 channels, 2x2 max "
+        "pooling, a 512-unit dense layer, 1,663,370 parameters)" + ("" if width == 1.0 else f", here at width {width:g}"),
+        f"optimiser: SGD with momentum {client['momentum']:g}, lr {client['lr']:g}, instead of plain SGD with a "
+        "tuned lr",
+        f"local work: E = {client['epochs']} epoch, B = {client['batch_size']}, instead of E = 5 or 20, B = 10",
+        f"length: {fed['rounds']} rounds, target {TARGET_ACCURACY:.0%} pooled test accuracy, instead of training "
+        "until 99% test accuracy",
+    ]
+
+
 @EXPERIMENTS.register("fedavg_mnist", "FedAvg + LeNet on MNIST-10k, 20 Dirichlet(0.5) clients (McMahan et al. 2017)")
 def fedavg_mnist(ctx: ExperimentContext) -> ExperimentReport:
     seeds = [0] if ctx.quick else [0, 1, 2]
-    accuracies, worst = [], []
+    accuracies, worst, reached = [], [], []
     for seed in seeds:
-        summary = run(validate(_config(ctx, seed)), ctx.runs_dir / f"seed{seed}", progress=not ctx.quick)
+        out = ctx.runs_dir / f"seed{seed}"
+        summary = run(validate(_config(ctx, seed)), out, resume=out.exists(), progress=not ctx.quick)
         accuracies.append(summary["global_test_accuracy"])
         worst.append(summary["global_client_accuracy_worst10"])
+        reached.append(rounds_to(read_metrics(out / "metrics.jsonl"), TARGET_ACCURACY))
     mean = statistics.fmean(accuracies)
     spread = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-    measured = f"{mean:.4f} ± {spread:.4f} (n={len(seeds)})"
+    rounds = _config(ctx, 0)["federation"]["rounds"]
+    shown = ", ".join("never" if r is None else str(r) for r in reached)
     return ExperimentReport(
-        title="FedAvg on non-IID MNIST with a LeNet CNN",
-        source="McMahan et al. 2017 (Communication-Efficient Learning of Deep Networks from Decentralized Data), Table 2 / Fig. 2",
+        title="FedAvg on non-IID MNIST with McMahan et al.'s CNN",
+        source="McMahan et al. 2017 (Communication-Efficient Learning of Deep Networks from Decentralized Data), Table 2",
         rows=[
             ResultRow(
-                "20 clients, Dirichlet(0.5), 10/round", "pooled test accuracy", measured, f">= {TARGET_ACCURACY} (target)",
+                "20 clients, Dirichlet(0.5), 10/round", f"pooled test accuracy after {rounds} rounds",
+                f"{mean:.4f} ± {spread:.4f} (n={len(seeds)})", f">= {TARGET_ACCURACY} (this project's target)",
                 "meets target" if mean >= TARGET_ACCURACY else "below target",
             ),
-            ResultRow("same", "pooled test accuracy (paper, full MNIST)", measured, PAPER_ACCURACY,
-                      f"{(PAPER_ACCURACY - mean) * 100:.1f} points below paper"),
+            ResultRow(
+                "same", f"rounds to {TARGET_ACCURACY:.0%} (ours) | to 99% (paper, full MNIST)",
+                f"{shown} (per seed)", PAPER_ROUNDS_TO_99, "not comparable (data, split, target differ)",
+            ),
             ResultRow("same", "worst-10% client accuracy", f"{statistics.fmean(worst):.4f}", "not reported"),
         ],
-        scale_notes=[
-            "10,000-image MNIST subset instead of the full 60k+10k; 20% of each client's rows form its test split",
-            "Dirichlet(0.5) label skew instead of the paper's 2-shards-per-client split",
-            f"{_config(ctx, 0)['federation']['rounds']} rounds instead of training to convergence",
-        ] + (["quick mode: one seed, 5 rounds, LeNet width 0.5"] if ctx.quick else []),
-        extra={"seeds": seeds, "accuracy_per_seed": accuracies, "worst10_per_seed": worst},
+        scale_notes=departures(_config(ctx, 0)) + ([f"quick mode: one seed, {rounds} rounds, LeNet width 0.5"]
+                                                    if ctx.quick else []),
+        extra={"seeds": seeds, "accuracy_per_seed": accuracies, "worst10_per_seed": worst,
+               "rounds_to_target_per_seed": reached, "target": TARGET_ACCURACY},
     )
