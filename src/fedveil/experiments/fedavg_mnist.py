@@ -89,7 +89,7 @@ def fedavg_mnist(ctx: ExperimentContext) -> ExperimentReport:
                 "meets target" if mean >= TARGET_ACCURACY else "below target",
             ),
             ResultRow(
-                "same", f"rounds to {TARGET_ACCURACY:.0%} (ours) | to 99% (paper, full MNIST)",
+                "same", f"rounds to {TARGET_ACCURACY:.0%} (ours) vs to 99% (paper, full MNIST)",
                 f"{shown} (per seed)", PAPER_ROUNDS_TO_99, "not comparable (data, split, target differ)",
             ),
             ResultRow("same", "worst-10% client accuracy", f"{statistics.fmean(worst):.4f}", "not reported"),
