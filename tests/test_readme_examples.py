@@ -263,7 +263,7 @@ def check_evaluate(tmp: Path, out: str) -> None:
 def check_reproduce(tmp: Path, out: str) -> None:
     results = tmp / "results" / "fedavg_mnist"
     assert (results / "results.md").is_file() and (results / "results.json").is_file()
-    assert "# FedAvg on non-IID MNIST with a LeNet CNN" in out and "**Quick mode**" in out
+    assert "# FedAvg on non-IID MNIST with McMahan et al.'s CNN" in out and "**Quick mode**" in out
     report = _json(results / "results.json")
     assert "pooled test accuracy" in json.dumps(report)
 
