@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .run_dir import CONFIG_FILE, SUMMARY_FILE, RunDirError, read_json, read_metrics
+from .run_dir import CONFIG_FILE, SUMMARY_FILE, RunDirError, dotted_keys, read_json, read_metrics
 from .sweep import RUNS_DIR, SWEEP_FILE
 from .sweep_plan import short_keys
 
@@ -99,7 +99,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 def load_run(path: Path) -> RunRecord:
     summary = path / SUMMARY_FILE
     return RunRecord(
-        path, flatten(read_json(path / CONFIG_FILE)), read_metrics(path / "metrics.jsonl"),
+        path, dotted_keys(read_json(path / CONFIG_FILE)), read_metrics(path / "metrics.jsonl"),
         read_json(summary) if summary.is_file() else None,
     )
 
@@ -129,16 +129,6 @@ def differing_keys(configs: list[dict[str, Any]]) -> list[str]:
     for config in configs:
         keys.update(dict.fromkeys(config))
     return [k for k in keys if k != SEED_KEY and len({_freeze(c.get(k)) for c in configs}) > 1]
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def final(run: RunRecord, metric: str) -> float | None:

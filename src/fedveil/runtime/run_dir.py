@@ -157,6 +157,17 @@ class RunDirectory:
         atomic_write(self.file(MODEL_FILE), lambda h: torch.save(cpu, h))
 
 
+def dotted_keys(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config (or any nested dict) as ``section.key -> value``; empty dicts stay values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
 def read_run(path: str | os.PathLike) -> tuple[RunDirectory, list[dict[str, Any]], dict[str, Any]]:
     """A run directory, its metric rows and its config; RunDirError when ``path`` holds no
     run or the run has no finished round yet."""

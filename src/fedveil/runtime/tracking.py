@@ -20,6 +20,7 @@ from typing import Any
 from ..config import LogConfig
 from ..errors import ConfigError
 from .callbacks import Callback
+from .run_dir import dotted_keys
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_RUN_ID_FILE = "mlflow_run_id.txt"
@@ -70,16 +71,9 @@ def row_scalars(row: dict[str, Any]) -> dict[str, float]:
     return scalars({k: v for k, v in row.items() if k != "round"})
 
 
-def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flat_config(config: dict[str, Any]) -> dict[str, str]:
     """The config as ``section.key -> value``, values as text (strings as they are, the rest as JSON)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat_config(value, f"{name}."))
-        else:
-            out[name] = value if isinstance(value, str) else json.dumps(value)
-    return out
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in dotted_keys(config).items()}
 
 
 class Sink(Callback):
