@@ -1,27 +1,93 @@
-"""The rotated & masked MNIST study on a tiny MNIST-format file (IDX files in tmp_path)."""
+"""The rotated & masked MNIST study: a tiny run of every part on a fake MNIST file (IDX
+files in tmp_path), and its claim rows, purity and diagnosis on numbers worked by hand."""
 from __future__ import annotations
 
+import json
 import math
 
-from fedveil.experiments.mrmtl_mnist import MnistPlan, mnist_task, report
+from fedveil.experiments.mrmtl_mnist import (
+    MnistPlan, cluster_purity, diagnosis_rows, mnist_task, mr_mtl_optimal_row, panel_a_rows, panel_study,
+    rotation_groups, run_assignments, run_plan, warm_start_trend_row,
+)
 from fedveil.experiments.registry import ExperimentContext
-from fedveil.experiments.silo_study import SiloStudy, run_grid
 
 from test_dp_schedules import write_fake_mnist  # same folder (pytest puts it on sys.path)
 
 
-def test_tiny_study_runs_ifca_and_mr_mtl_and_reports(tmp_path):
+def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     write_fake_mnist(tmp_path / "data" / "mnist-10k", n=240)
     ctx = ExperimentContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path / "data")
-    study = SiloStudy(epsilons=[4.0, math.inf], lambdas=[1.0], baselines=["local", "fedavg", "ifca_mrmtl"],
-                      rounds=2, lr=0.1, clusters=2, select_fraction=0.5)
-    plan = MnistPlan(mask_ratios=[0.1], study=study)
-    task = mnist_task(ctx, plan, 0.1, num_silos=4)
-    config = task.config({"name": "local"}, 4.0, 0, study)
+    study = panel_study([4.0, math.inf], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0])
+    study.clusters = 2
+    plan = MnistPlan(study=study, panel_masks=[0.3], panels=panel_study([4.0], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0]),
+                     diagnosis_rounds=4)
+    plan.panels.clusters = 2
+    config = mnist_task(ctx, plan, 0.1, num_silos=4).config({"name": "local"}, 4.0, 0, study)
     assert config["data"]["options"]["rotation_groups"] == 4 and config["model"]["name"] == "mlp"
-    results = run_grid(ctx.runs_dir, study, task)
-    assert set(results) == {"local", "fedavg", "ifca(50%)+mr_mtl(lam=1)", "mr_mtl(lam=1)"}
-    assert all(0 <= v[0] <= 1 for by_eps in results.values() for v in by_eps.values())
-    rep = report({0.1: results}, plan, quick=True, tasks={0.1: task})
-    assert sum(r.metric.startswith("MR-MTL(best lambda)") for r in rep.rows) == 2
-    assert rep.figures == ["mnist_mask0.1.png"]
+    rep = run_plan(ctx, plan, num_silos=4)
+    ifca_run = ctx.runs_dir / "mask0.1" / "ifca(100%)_eps4_seed0"
+    assert json.loads((ifca_run / "config.json").read_text())["algorithm"]["select_fraction"] == 1.0  # 10 selections > 2 rounds
+    assignments = run_assignments(ifca_run)
+    assert len(assignments) == 4 and set(assignments) <= {0, 1}
+    (purity,) = [r for r in rep.rows if r.setting == "mask=0.1 (a), eps=4" and r.metric.startswith("ifca(100%): cluster purity")]
+    assert purity.measured.startswith(f"{cluster_purity(assignments, [0, 1, 2, 3]):.5f}")
+    diagnosis = [r for r in rep.rows if r.metric.endswith("test accuracy at rounds 1 / 2 / 4")]
+    assert {r.metric.split(":")[0] for r in diagnosis} == {"local", "fedavg", "ditto(lam=1)", "mr_mtl(lam=1)"}
+    assert sum(r.metric.startswith("MR-MTL(best lambda) is the best method") for r in rep.rows) == 1
+    assert sum(r.metric.startswith("IFCA warm-start gain") for r in rep.rows) == 1  # eps 4 is in both studies
+    assert all((ctx.out_dir / f).stat().st_size > 10_000 for f in rep.figures)
+
+
+def test_cluster_purity_and_rotation_groups():
+    assert rotation_groups(40)[:11] == [0] * 10 + [1] and rotation_groups(40)[-1] == 3
+    groups = [0, 0, 0, 1, 1, 1]
+    assert cluster_purity([5, 5, 5, 7, 7, 7], groups) == 1.0
+    # cluster 0 = {0, 0, 1} (majority 2), cluster 1 = {0, 1, 1} (majority 2): 4 of 6
+    assert cluster_purity([0, 0, 1, 0, 1, 1], groups) == 4 / 6
+    assert cluster_purity([0] * 6, groups) == 0.5  # one cluster for two groups
+
+
+EPS = ("4", "inf")
+
+
+def fake(**scores):
+    return {m: {e: list(v) for e, v in zip(EPS, by_eps)} for m, by_eps in scores.items()}
+
+
+STUDY = panel_study([4.0, math.inf], [0.01, 0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 50, [0, 1])
+IFCA, WARM = "ifca(20%)", "ifca(20%)+mr_mtl(lam=0.1)"
+
+
+def test_claim_rows_on_fixed_numbers():
+    results = fake(**{
+        "local": ([0.40, 0.42], [0.78, 0.80]), "fedavg": ([0.35, 0.35], [0.60, 0.60]),
+        IFCA: ([0.38, 0.40], [0.82, 0.84]), WARM: ([0.39, 0.41], [0.80, 0.82]),
+        "mr_mtl(lam=0.01)": ([0.41, 0.43], [0.79, 0.81]), "mr_mtl(lam=0.1)": ([0.36, 0.38], [0.70, 0.72]),
+    })
+    rows = panel_a_rows(results, STUDY, "a")
+    # eps 4: warm - ifca = +0.01 both seeds (s.e. 0): holds; ifca - local = -0.02: Local not below IFCA
+    assert [r.verdict for r in rows] == ["holds", "does not hold", "does not hold", "holds"]
+    task = mnist_task(ExperimentContext(out_dir=None, quick=True, data_root=None), MnistPlan(), 0.3)
+    best = mr_mtl_optimal_row(results, STUDY, task, "b")
+    assert [r.verdict for r in best] == ["holds", "does not hold"]  # eps 4: mr_mtl(0.01) 0.42; inf: IFCA 0.83
+    assert best[1].measured.startswith(f"best: {IFCA} 0.83000")
+    weaker = {m: {e: [v - d for v in vals] for e, vals in by_eps.items()} for m, by_eps in results.items()
+              for d in [0.02 if m == WARM else 0.0]}
+    # warm-start gain at eps 4: 0.40 - 0.42 = -0.02 at mask 0.1, -0.04 at mask 0.3: drops
+    (trend,) = warm_start_trend_row({0.1: results, 0.3: weaker}, {0.1: STUDY, 0.3: STUDY}, {0.1: task, 0.3: task}, "4")
+    assert trend.measured == "-0.0200 -> -0.0400" and trend.verdict == "holds"
+    (trend,) = warm_start_trend_row({0.1: weaker, 0.3: results}, {0.1: STUDY, 0.3: STUDY}, {0.1: task, 0.3: task}, "4")
+    assert trend.verdict == "does not hold"
+
+
+def test_diagnosis_verdicts_on_fixed_curves():
+    curves = {
+        "fedavg": {50: [0.60], 100: [0.64], 200: [0.66]},
+        "ditto(lam=1)": {50: [0.55], 100: [0.62], 200: [0.67]},  # -0.05 -> +0.01: closes and turns
+        "mr_mtl(lam=1)": {50: [0.50], 100: [0.52], 200: [0.54]},  # -0.10 -> -0.12: does not close
+    }
+    rows = diagnosis_rows(curves, 200)
+    assert rows[0].measured == "0.6000 / 0.6400 / 0.6600"
+    ditto, mrmtl = rows[3], rows[4]
+    assert ditto.measured == "-0.0500 / -0.0200 / +0.0100" and ditto.verdict.endswith("and turns")
+    assert mrmtl.verdict == "not under-training: the gap does not close"

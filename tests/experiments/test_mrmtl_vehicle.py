@@ -1,27 +1,42 @@
 """The Vehicle trade-off study: tiny runs end to end, and its claim rows on fixed numbers."""
+import json
 import math
 
 from fedveil.experiments.mrmtl_vehicle import (
-    TradeoffStudy, fedavg_wins_under_dp_rows, gain_over_endpoints, gain_vs_gap_row, plot, report, tau_trend_rows,
-    vehicle_task,
+    TauResults, TradeoffStudy, ablation_rows, fedavg_wins_under_dp_rows, gain_over_endpoints, gain_vs_gap_row,
+    outside_label, plot, report, run_tau, tau_trend_rows, vehicle_task,
 )
-from fedveil.experiments.silo_study import SiloStudy, run_grid
+from fedveil.experiments.registry import ExperimentContext
+from fedveil.experiments.silo_study import SiloStudy
 
 
-def test_tiny_study_runs_and_reports(tmp_path):
-    study = SiloStudy(epsilons=[1.0, math.inf], lambdas=[0.1, 10.0], baselines=["local", "fedavg"], rounds=2, lr=0.03)
-    plan = TradeoffStudy(taus=[0.1, 1.0], study=study)
-    per_tau = {}
-    for tau in plan.taus:
-        task = vehicle_task(tau, num_silos=3, min_size=40, max_size=60)
-        per_tau[tau] = run_grid(tmp_path / f"tau{tau:g}", study, task)
-    for results in per_tau.values():
-        assert set(results) == {"local", "fedavg", "mr_mtl(lam=0.1)", "mr_mtl(lam=10)"}
-        assert all(0 <= v[0] <= 1 for by_eps in results.values() for v in by_eps.values())
-    rep = report(per_tau, plan, quick=True)
-    assert sum(r.metric.startswith("MR-MTL(best lambda)") for r in rep.rows) == 4  # 2 taus x 2 epsilons
-    assert sum(r.metric.startswith("best lambda as tau grows") for r in rep.rows) == 2
-    plot(per_tau, plan, tmp_path / "tradeoff.png")
+def test_tiny_study_tunes_lr_on_unreported_seeds_and_reports(tmp_path):
+    study = SiloStudy(epsilons=[1.0, math.inf], lambdas=[0.1, 10.0], baselines=["local", "fedavg"], seeds=[1], rounds=2)
+    plan = TradeoffStudy(taus=[1.0], crossover={1.0: 1.0}, lrs=[0.03, 0.3], silos=(3, 40, 60), study=study)
+    ctx = ExperimentContext(out_dir=tmp_path, quick=True, data_root=tmp_path)
+    tr = run_tau(ctx, plan, 1.0)
+    assert set(tr.scores) == {"local", "fedavg", "mr_mtl(lam=0.1)", "mr_mtl(lam=10)"}
+    runs = tmp_path / "runs" / "tau1"
+
+    def score(lr, label, eps, seed):
+        summary = json.loads((runs / f"lr{lr:g}" / f"{label}_eps{eps}_seed{seed}" / "summary.json").read_text())
+        return summary.get("personal_accuracy_weighted_mean", summary.get("global_client_accuracy_weighted_mean"))
+
+    for label, by_eps in tr.lrs.items():
+        for eps, lr in by_eps.items():  # the tuning seed's best rate (first on ties), scored on seed 1
+            tuned = {r: score(r, label, eps, 0) for r in plan.lrs}
+            assert tuned[lr] == max(tuned.values()) and lr == next(r for r in plan.lrs if tuned[r] == max(tuned.values()))
+            assert tr.scores[label][eps] == [score(lr, label, eps, 1)]
+    for lam in study.lambdas:  # the ablation: the inside-clip MR-MTL's rate, regulariser outside the clip
+        lr = tr.lrs[f"mr_mtl(lam={lam:g})"]["1"]
+        config = json.loads((runs / f"lr{lr:g}" / f"{outside_label(lam)}_eps1_seed1" / "config.json").read_text())
+        assert config["algorithm"]["reg_in_clip"] is False and config["client"]["lr"] == lr
+        assert tr.outside[outside_label(lam)]["1"] == [score(lr, outside_label(lam), "1", 1)]
+    rep = report({1.0: tr}, plan, quick=True)
+    assert sum(r.metric.startswith("MR-MTL(best lambda) better") for r in rep.rows) == 2
+    assert sum(r.metric.startswith("learning rate tuned") for r in rep.rows) == 2
+    assert sum("inside vs outside the DP clip" in r.metric for r in rep.rows) == 1
+    plot({1.0: tr}, plan, tmp_path / "tradeoff.png")
     assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
 
 
@@ -58,3 +73,20 @@ def test_claim_rows_on_fixed_numbers():
     # ranks: gains [4, 2, 1, 3], gaps [4, 1, 2, 3] -> rho = 4 / 5
     (rho,) = gain_vs_gap_row({0.1: low, 1.0: high}, plan)
     assert rho.measured == "0.80 over 4 cells" and rho.verdict == "does not hold"
+
+
+def test_ablation_rows_on_fixed_numbers():
+    study = SiloStudy(epsilons=[1.0, math.inf], lambdas=[0.1, 10.0], baselines=["local", "fedavg"])
+    plan = TradeoffStudy(taus=[1.0], crossover={1.0: 1.0}, study=study)
+    scores = {
+        "local": {"1": [0.70, 0.72, 0.74], "inf": [0.88, 0.88, 0.88]},
+        "fedavg": {"1": [0.71, 0.72, 0.73], "inf": [0.74, 0.74, 0.74]},
+        "mr_mtl(lam=0.1)": {"1": [0.73, 0.75, 0.77], "inf": [0.89, 0.89, 0.89]},  # best inside at eps 1 and no DP
+        "mr_mtl(lam=10)": {"1": [0.72, 0.73, 0.74], "inf": [0.75, 0.75, 0.75]},
+    }
+    outside = {outside_label(0.1): {"1": [0.74, 0.76, 0.78]}, outside_label(10.0): {"1": [0.76, 0.78, 0.80]}}
+    rows = ablation_rows(TauResults(scores, {}, outside), plan, 1.0)
+    # outside (lambda 10) - inside (lambda 0.1): differences 0.03 each seed -> mean 0.03, s.e. 0
+    assert rows[0].verdict == "outside better" and "+0.03000 ± 0.00000" in rows[0].measured
+    assert [r.measured for r in rows[1:]] == ["0.1 vs 0.1", "10 vs 0.1"]
+    assert [r.verdict for r in rows[1:]] == ["does not hold", "holds"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +45,8 @@ class SiloStudy:
     clusters: int = 4  # IFCA
     select_fraction: float = 0.05  # IFCA: fraction of rounds with a private cluster selection (Fig. 1.6: 5%)
     ifca_lambda: float = 1.0  # IFCA-warm-started MR-MTL
+    extra_methods: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> [algorithm] (ablations)
+    eval_every: int = 0  # rounds between test evaluations (0: after the last round only)
 
     def seeds_at(self, epsilon: float) -> list[int]:
         return self.seeds + (self.focus_seeds if epsilon in self.focus_epsilons else [])
@@ -110,6 +112,7 @@ def methods(study: SiloStudy) -> dict[str, dict[str, Any]]:
         raise ValueError(f"unknown baselines {unknown}; choose from {sorted(known)}")
     out = dict(known[b] for b in study.baselines)
     out.update({mr_mtl_label(lam): {"name": "mr_mtl", "lam": lam} for lam in study.lambdas})
+    out.update(study.extra_methods)
     return out
 
 
@@ -124,18 +127,56 @@ def example_privacy(epsilon: float, delta: float, clip: float) -> dict[str, Any]
     return {"level": "example", "epsilon": epsilon, "delta": delta, "clip": clip, "batch_sampling": "poisson"}
 
 
-def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "") -> Results:
-    """Score every method x epsilon x seed; runs live in ``runs_dir/<method>_eps<e>_seed<s>``."""
+def run_dir_name(label: str, epsilon: float, seed: int) -> str:
+    return f"{label}_eps{eps_label(epsilon)}_seed{seed}"
+
+
+def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "",
+             only: dict[str, list[str]] | None = None) -> Results:
+    """Score every method x epsilon x seed (or only the epsilon labels ``only[method]``);
+    runs live in ``runs_dir/<method>_eps<e>_seed<s>``."""
     grid = [  # every config validated before the first run starts
         (label, epsilon, seed, validate(task.config(algorithm, epsilon, seed, study)))
         for label, algorithm in methods(study).items() for epsilon in study.epsilons for seed in study.seeds_at(epsilon)
+        if only is None or eps_label(epsilon) in only.get(label, [])
     ]
     results: Results = {}
     for label, epsilon, seed, config in tqdm(grid, desc=desc or task.name, unit="run", dynamic_ncols=True):
-        out = runs_dir / f"{label}_eps{eps_label(epsilon)}_seed{seed}"
-        summary = run(config, out, resume=out.exists(), progress=False)
+        out = runs_dir / run_dir_name(label, epsilon, seed)
+        summary = run(config, out, resume=out.exists(), progress=False, plots=False)
         results.setdefault(label, {}).setdefault(eps_label(epsilon), []).append(task.score(summary))
     return results
+
+
+LearningRates = dict[str, dict[str, float]]  # method label -> epsilon label -> chosen lr
+
+
+def run_tuned_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, lrs: list[float], tune_seeds: list[int],
+                   desc: str = "") -> tuple[Results, LearningRates]:
+    """Every method's learning rate tuned per epsilon, as the paper tunes eta over a grid
+    (spec 002 §5), but on ``tune_seeds`` whose runs are not reported: the returned scores
+    are over ``study.seeds`` at the chosen rate, so the choice does not flatter them.
+    Runs at rate ``lr`` live in ``runs_dir/lr<lr>/``."""
+    tuning = {lr: run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr, seeds=tune_seeds, focus_seeds=[]), task,
+                           desc=f"{desc or task.name}, tuning lr={lr:g}") for lr in lrs}
+    chosen: LearningRates = {
+        label: {e: task.best({lr: mean_score(tuning[lr], label, e) for lr in lrs}) for e in map(eps_label, study.epsilons)}
+        for label in methods(study)
+    }
+    results: Results = {}
+    for lr in lrs:
+        picked = {label: [e for e in by_eps if by_eps[e] == lr] for label, by_eps in chosen.items()}
+        if not any(picked.values()):
+            continue
+        part = run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr), task, desc=f"{desc or task.name}, lr={lr:g}",
+                        only=picked)
+        for label, by_eps in part.items():
+            results.setdefault(label, {}).update(by_eps)
+    return {label: dict(sorted(results[label].items(), key=lambda kv: _eps_order(study, kv[0]))) for label in methods(study)}, chosen
+
+
+def _eps_order(study: SiloStudy, label: str) -> int:
+    return [eps_label(e) for e in study.epsilons].index(label)
 
 
 def mean_score(results: Results, method: str, eps: str) -> float:

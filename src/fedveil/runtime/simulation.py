@@ -314,11 +314,12 @@ class Simulation:
         """The resolved config as JSON data (what ``config.json`` holds and checkpoints are fingerprinted by)."""
         return self.config.model_dump(mode="json")
 
-    def run(self, out: str | Path, resume: bool = False) -> dict[str, Any]:
-        """Train all rounds, writing into run directory ``out`` (and to the ``[log]`` trackers);
-        returns the summary."""
+    def run(self, out: str | Path, resume: bool = False, plots: bool = True) -> dict[str, Any]:
+        """Train all rounds, writing into run directory ``out`` (and to the ``[log]`` trackers,
+        and the PNG plots unless ``plots=False``); returns the summary."""
         with tracking_sinks(self.config.log, out, self.config_dict) as sinks:
-            return self.record(DirectoryRecorder.open(out, self.config_dict, resume, plots=write_report), sinks)
+            recorder = DirectoryRecorder.open(out, self.config_dict, resume, plots=write_report if plots else None)
+            return self.record(recorder, sinks)
 
     def record(self, recorder: RunRecorder | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
         """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
