@@ -90,3 +90,29 @@ def test_ablation_rows_on_fixed_numbers():
     assert rows[0].verdict == "outside better" and "+0.03000 ± 0.00000" in rows[0].measured
     assert [r.measured for r in rows[1:]] == ["0.1 vs 0.1", "10 vs 0.1"]
     assert [r.verdict for r in rows[1:]] == ["does not hold", "holds"]
+
+
+def test_local_and_fedavg_without_dp_reach_an_independent_svm(tmp_path):
+    """Band check of the study's scores: without DP, Local's per-silo hinge-loss SGD reaches
+    within 0.03 of scikit-learn's per-silo linear SVM, and at tau = 0 (identical silos)
+    FedAvg within 0.03 of one SVM fitted on the pooled rows (test accuracy pooled over silos)."""
+    import numpy as np
+    from sklearn.svm import LinearSVC
+
+    from fedveil.config import validate
+    from fedveil.experiments.silo_study import run_grid
+    from fedveil.runtime.simulation import Simulation
+
+    study = SiloStudy(epsilons=[math.inf], lambdas=[], baselines=["local", "fedavg"], seeds=[0], rounds=40, lr=0.1)
+    for tau, method in ((1.0, "local"), (0.0, "fedavg")):
+        task = vehicle_task(tau, num_silos=3, min_size=300, max_size=400)
+        ours = run_grid(tmp_path / f"tau{tau:g}", study, task)[method]["inf"][0]
+        data = Simulation.from_config(validate(task.config({"name": method}, math.inf, 0, study))).data
+        xs = [(c.train.x.numpy(), c.train.y.numpy(), c.test.x.numpy(), c.test.y.numpy()) for c in data.clients]
+        if method == "local":
+            correct = sum((LinearSVC(C=1.0).fit(x, y).predict(xt) == yt).sum() for x, y, xt, yt in xs)
+        else:
+            svm = LinearSVC(C=1.0).fit(np.concatenate([x for x, *_ in xs]), np.concatenate([y for _, y, *_ in xs]))
+            correct = sum((svm.predict(xt) == yt).sum() for *_, xt, yt in xs)
+        reference = correct / sum(len(yt) for *_, yt in xs)
+        assert abs(ours - reference) < 0.03, (tau, method, ours, reference)

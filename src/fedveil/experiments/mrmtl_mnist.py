@@ -19,6 +19,7 @@ cores; ``MnistPlan(model=CONVNET)`` runs the paper's model.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +65,8 @@ class MnistPlan:
 
 def quick_plan() -> MnistPlan:
     return MnistPlan(
-        study=panel_study([4.0], [1.0], ["local", "fedavg", "ifca_mrmtl"], 5, [0]),
-        panel_masks=[0.3], panels=panel_study([8.0], [0.1], ["local", "fedavg", "ifca_mrmtl"], 5, [0]),
+        study=panel_study([4.0], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 5, [0]),
+        panel_masks=[0.3], panels=panel_study([8.0], [0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 5, [0]),
         diagnosis_rounds=10,
     )
 
@@ -124,6 +125,7 @@ def purity_rows(runs_dir: Path, study: SiloStudy, num_silos: int, setting: str) 
     """Per IFCA method and epsilon: purity (mean ± std over seeds) and the clusters used."""
     rows = []
     groups = rotation_groups(num_silos)
+    selections = max(1, math.floor(study.select_fraction * study.rounds))
     ifca_labels = [label for name, (label, _) in baseline_algorithms(study).items()
                    if name in study.baselines and name.startswith("ifca")]
     for label in ifca_labels:
@@ -133,7 +135,7 @@ def purity_rows(runs_dir: Path, study: SiloStudy, num_silos: int, setting: str) 
             purities = [cluster_purity(a, groups) for a in assignments]
             used = [len(set(a)) for a in assignments]
             rows.append(ResultRow(
-                f"{setting}, eps={eps_label(epsilon)}", f"{label}: cluster purity after {SELECTION_ROUNDS} private selections",
+                f"{setting}, eps={eps_label(epsilon)}", f"{label}: cluster purity after {selections} private selections",
                 f"{cell(purities)}; clusters used {used} of {study.clusters}",
                 "pure rotation clusters make IFCA optimal (Fig. 1.6a)",
             ))
@@ -245,7 +247,7 @@ def diagnosis_rows(curves: Curves, rounds: int) -> list[ResultRow]:
         closes = gaps[-1] > gaps[0]
         rows.append(ResultRow(
             "no DP, mask 0.1", f"{label} minus FedAvg at rounds " + " / ".join(map(str, checkpoints)),
-            " / ".join(f"{g:+.4f}" for g in gaps), "lambda interpolates Local (0.79) and FedAvg: at or above FedAvg",
+            " / ".join(f"{g:+.4f}" for g in gaps), "lambda interpolates Local and FedAvg: at or above FedAvg",
             ("under-trained: the gap closes with more rounds" + ("" if gaps[-1] < 0 else " and turns"))
             if closes else "not under-training: the gap does not close",
         ))
@@ -309,14 +311,15 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         f"panel (a) at mask {a:g}; panels (b)-(d) at masks {plan.panel_masks} (the paper does not state its ratios; "
         f"[C1]'s default 0.5 whitens half of every image), epsilon {[eps_label(e) for e in plan.panels.epsilons]}, "
         f"seeds {plan.panels.seeds}, lambdas {plan.panels.lambdas}",
-        f"IFCA: 4 clusters, private selection in the first {SELECTION_ROUNDS} rounds ({study.select_fraction:.0%}; "
+        f"IFCA: 4 clusters, private selection in the first {max(1, math.floor(study.select_fraction * study.rounds))} "
+        f"rounds ({study.select_fraction:.0%}; "
         "Fig. 1.6: 5% of 200 rounds) with eps_sel = 0.03 eps each, accounted in every silo's budget; "
         f"IFCA+MR-MTL trains the clusters for those rounds, then MR-MTL (lambda {study.ifca_lambda:g}) towards its cluster",
         f"diagnosis: no DP, {plan.diagnosis_rounds} rounds, seeds {plan.diagnosis_seeds}, evaluated every "
         f"{diagnosis_study(plan).eval_every} rounds",
     ]
     if quick:
-        notes.append("quick mode: 5 rounds, one epsilon, three methods, one mask panel, 10 diagnosis rounds; "
+        notes.append("quick mode: 5 rounds, one epsilon, four methods and one lambda, one mask panel, 10 diagnosis rounds; "
                      "not comparable to the paper")
     return ExperimentReport(
         title="Utility vs privacy on Rotated & Masked MNIST silos",
