@@ -20,7 +20,7 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     study = panel_study([4.0, math.inf], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0])
     study.clusters = 2
     plan = MnistPlan(study=study, panel_masks=[0.3], panels=panel_study([4.0], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0]),
-                     diagnosis_rounds=4)
+                     diagnosis_rounds=4, convnet=panel_study([math.inf], [], ["local"], 2, [0]))
     plan.panels.clusters = 2
     config = mnist_task(ctx, plan, 0.1, num_silos=4).config({"name": "local"}, 4.0, 0, study)
     assert config["data"]["options"]["rotation_groups"] == 4 and config["model"]["name"] == "mlp"
@@ -36,6 +36,9 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     assert sum(r.metric.startswith("MR-MTL(best lambda) is the best method") for r in rep.rows) == 1
     assert sum(r.metric.startswith("IFCA warm-start gain") for r in rep.rows) == 1  # eps 4 is in both studies
     assert all((ctx.out_dir / f).stat().st_size > 10_000 for f in rep.figures)
+    (conv,) = [r for r in rep.rows if r.setting.startswith("ConvNet")]
+    assert conv.metric == "local: test accuracy" and "MLP" in conv.measured  # same rounds and seed as the MLP's cell
+    assert json.loads((ctx.runs_dir / "convnet_mask0.1" / "local_epsinf_seed0" / "config.json").read_text())["model"]["name"] == "convnet"
 
 
 def test_cluster_purity_and_rotation_groups():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +61,15 @@ class MnistPlan:
         [8.0], [0.01, 0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 50, [0, 1]))
     diagnosis_rounds: int = 200
     diagnosis_seeds: list[int] = field(default_factory=lambda: [0])
+    convnet: SiloStudy | None = field(default_factory=lambda: panel_study(  # the paper's model, panel (a), cheapest cell
+        [NON_PRIVATE], [0.01], ["local", "fedavg"], 50, [0]))
 
 
 def quick_plan() -> MnistPlan:
     return MnistPlan(
         study=panel_study([4.0], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 5, [0]),
         panel_masks=[0.3], panels=panel_study([8.0], [0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 5, [0]),
-        diagnosis_rounds=10,
+        diagnosis_rounds=10, convnet=panel_study([NON_PRIVATE], [], ["local"], 2, [0]),
     )
 
 
@@ -273,6 +275,25 @@ def plot_curves(curves: Curves, path: Path) -> None:
     plt.close(fig)
 
 
+# --- the paper's ConvNet ---------------------------------------------------------------
+
+def convnet_rows(convnet: Results, mlp: Results, plan: MnistPlan, task: SiloTask) -> list[ResultRow]:
+    """Panel (a) with the paper's ConvNet at ``plan.convnet``'s epsilons, beside the MLP's
+    scores where the MLP study ran the same cell (same rounds, lr and seeds)."""
+    study = plan.convnet
+    rows = []
+    for e in (eps_label(x) for x in study.epsilons):
+        for method, by_eps in convnet.items():
+            mlp_cell = mlp.get(method, {}).get(e)
+            same = mlp_cell is not None and plan.study.rounds == study.rounds and plan.study.seeds[:len(study.seeds)] == study.seeds
+            beside = f"; MLP {statistics.fmean(mlp_cell[:len(study.seeds)]):.5f} (same seeds)" if same else ""
+            rows.append(ResultRow(
+                f"ConvNet, mask={plan.mask_ratio:g} (a), eps={e}", f"{method}: {task.label}", cell(by_eps[e]) + beside,
+                "the paper's model (Fig. 1.6)",
+            ))
+    return rows
+
+
 # --- the experiment -----------------------------------------------------------------------
 
 @dataclass
@@ -281,6 +302,7 @@ class MnistResults:
     panels: dict[float, Results]
     curves: Curves
     purity: list[ResultRow]
+    convnet: Results | None = None
 
 
 def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, SiloTask]) -> ExperimentReport:
@@ -299,6 +321,8 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         studies = {a: study, **{m: plan.panels for m in res.panels}}
         rows += warm_start_trend_row(per_mask, studies, tasks, eps)
     rows += diagnosis_rows(res.curves, plan.diagnosis_rounds)
+    if res.convnet is not None:
+        rows += convnet_rows(res.convnet, res.panel_a, plan, tasks[a])
     notes = [
         "10,000 MNIST digits (../shared/data/mnist-10k) instead of 70,000: 250 rows per silo, 20% held out "
         "(the paper: 1,500 train / 250 test per silo)",
@@ -315,11 +339,15 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         f"rounds ({study.select_fraction:.0%}; "
         "Fig. 1.6: 5% of 200 rounds) with eps_sel = 0.03 eps each, accounted in every silo's budget; "
         f"IFCA+MR-MTL trains the clusters for those rounds, then MR-MTL (lambda {study.ifca_lambda:g}) towards its cluster",
+        "the ConvNet runs only " + (f"at epsilon {[eps_label(e) for e in plan.convnet.epsilons]}, "
+                                     f"{list(methods(plan.convnet))}, seeds {plan.convnet.seeds}, {plan.convnet.rounds} rounds"
+                                     if plan.convnet else "in no cell") + " (its 40-silo round costs ~15x the MLP's)",
         f"diagnosis: no DP, {plan.diagnosis_rounds} rounds, seeds {plan.diagnosis_seeds}, evaluated every "
         f"{diagnosis_study(plan).eval_every} rounds",
     ]
     if quick:
-        notes.append("quick mode: 5 rounds, one epsilon, four methods and one lambda, one mask panel, 10 diagnosis rounds; "
+        notes.append("quick mode: 5 rounds, one epsilon, four methods and one lambda, one mask panel, 10 diagnosis rounds, "
+                     "the ConvNet for 2 rounds; "
                      "not comparable to the paper")
     return ExperimentReport(
         title="Utility vs privacy on Rotated & Masked MNIST silos",
@@ -347,8 +375,12 @@ def run_plan(ctx: ExperimentContext, plan: MnistPlan, num_silos: int = SILOS) ->
     panels = {m: run_grid(ctx.runs_dir / f"mask{m:g}", plan.panels, tasks[m], desc=f"mask={m:g}") for m in plan.panel_masks}
     diagnosis, runs_d = diagnosis_study(plan), ctx.runs_dir / f"diagnosis_mask{a:g}"
     run_grid(runs_d, diagnosis, tasks[a], desc="lambda = 1 diagnosis")
+    convnet = None
+    if plan.convnet is not None:
+        convnet = run_grid(ctx.runs_dir / f"convnet_mask{a:g}", plan.convnet,
+                           mnist_task(ctx, replace(plan, model=dict(CONVNET)), a, num_silos), desc="ConvNet")
     curves = accuracy_curves(runs_d, diagnosis, tasks[a])
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
     plot_curves(curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")
-    return report(MnistResults(panel_a, panels, curves, purity), plan, ctx.quick, tasks)
+    return report(MnistResults(panel_a, panels, curves, purity, convnet), plan, ctx.quick, tasks)
