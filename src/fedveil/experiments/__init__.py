@@ -8,6 +8,7 @@ from . import mrmtl_school  # noqa: F401
 from . import mrmtl_vehicle  # noqa: F401
 from . import mrmtl_mnist  # noqa: F401
 from . import mrmtl_costs  # noqa: F401
+from . import mrmtl_cifar  # noqa: F401
 from . import fade_adult  # noqa: F401
 from . import fade_digits  # noqa: F401
 from . import fade_office  # noqa: F401
