@@ -42,7 +42,7 @@ class TradeoffStudy:
 
     taus: list[float] = field(default_factory=lambda: [0.35, 1.0])
     crossover: dict[float, float] = field(default_factory=lambda: {0.35: 5.0, 1.0: 1.0})
-    lrs: list[float] = field(default_factory=lambda: [0.003, 0.01, 0.03])  # within the paper's grid 0.001-0.3
+    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])  # the paper's grid is 0.001-0.3
     tune_seeds: list[int] = field(default_factory=lambda: [0])
     silos: tuple[int, int, int] = (23, 872, 1933)  # number, min and max training size (Table B.1; smaller in tests)
     study: SiloStudy = field(default_factory=lambda: SiloStudy(
