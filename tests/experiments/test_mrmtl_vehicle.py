@@ -3,7 +3,7 @@ import json
 import math
 
 from fedveil.experiments.mrmtl_vehicle import (
-    TauResults, TradeoffStudy, ablation_rows, fedavg_wins_under_dp_rows, gain_over_endpoints, gain_vs_gap_row,
+    TauResults, TradeoffStudy, ablation_rows, endpoint_gap_rows, fedavg_wins_under_dp_rows, gain_over_endpoints, gain_vs_gap_row,
     outside_label, plot, report, run_tau, tau_trend_rows, vehicle_task,
 )
 from fedveil.experiments.registry import ExperimentContext
@@ -90,6 +90,8 @@ def test_ablation_rows_on_fixed_numbers():
     assert rows[0].verdict == "outside better" and "+0.03000 ± 0.00000" in rows[0].measured
     assert [r.measured for r in rows[1:]] == ["0.1 vs 0.1", "10 vs 0.1"]
     assert [r.verdict for r in rows[1:]] == ["does not hold", "holds"]
+    (gap,) = endpoint_gap_rows(scores, study, "tau=1")  # FedAvg - Local: eps 1 (+0.01, 0, -0.01), inf -0.14
+    assert gap.measured == "+0.0000 ± 0.0058 / -0.1400 ± 0.0000"
 
 
 def test_local_and_fedavg_without_dp_reach_an_independent_svm(tmp_path):
