@@ -54,7 +54,7 @@ class MnistPlan:
     mask_ratio: float = 0.1  # the lowest masking of Fig. 1.6(a)
     model: dict = field(default_factory=lambda: dict(MLP))
     study: SiloStudy = field(default_factory=lambda: panel_study(
-        [4.0, 8.0, NON_PRIVATE], [0.01, 0.1, 1.0], ["local", "fedavg", "finetune", "ditto", "ifca", "ifca_mrmtl"], 50,
+        [8.0, NON_PRIVATE], [0.01, 0.1, 1.0], ["local", "fedavg", "finetune", "ditto", "ifca", "ifca_mrmtl"], 50,
         [0, 1, 2]))
     panel_masks: list[float] = field(default_factory=lambda: [0.2, 0.3, 0.4])
     panels: SiloStudy = field(default_factory=lambda: panel_study(
@@ -62,7 +62,7 @@ class MnistPlan:
     diagnosis_rounds: int = 200
     diagnosis_seeds: list[int] = field(default_factory=lambda: [0])
     convnet: SiloStudy | None = field(default_factory=lambda: panel_study(  # the paper's model, panel (a), cheapest cell
-        [NON_PRIVATE], [0.01], ["local", "fedavg"], 50, [0]))
+        [NON_PRIVATE], [], ["local", "fedavg"], 50, [0]))
 
 
 def quick_plan() -> MnistPlan:
