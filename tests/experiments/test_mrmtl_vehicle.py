@@ -118,3 +118,21 @@ def test_local_and_fedavg_without_dp_reach_an_independent_svm(tmp_path):
             correct = sum((svm.predict(xt) == yt).sum() for *_, xt, yt in xs)
         reference = correct / sum(len(yt) for *_, yt in xs)
         assert abs(ours - reference) < 0.03, (tau, method, ours, reference)
+
+
+def test_misses_are_explained_from_the_numbers():
+    from fedveil.experiments.mrmtl_vehicle import misses_explained
+
+    study = SiloStudy(epsilons=[1.0, math.inf], lambdas=[0.1, 10.0], baselines=["local", "fedavg"])
+    plan = TradeoffStudy(taus=[1.0], crossover={1.0: 1.0}, lrs=[0.001, 0.03], study=study)
+    scores = {  # Local leads at every epsilon (claim 1 misses); lambda* = 0.1 with and without DP (claim 4 misses)
+        "local": {"1": [0.80], "inf": [0.88]}, "fedavg": {"1": [0.73], "inf": [0.74]},
+        "mr_mtl(lam=0.1)": {"1": [0.81], "inf": [0.89]}, "mr_mtl(lam=10)": {"1": [0.75], "inf": [0.75]},
+    }
+    tuning = {0.001: {"local": {"1": [0.81]}, "fedavg": {"1": [0.735]}},
+              0.03: {"local": {"1": [0.72]}, "fedavg": {"1": [0.71]}}}
+    claim1, claim4 = misses_explained({1.0: TauResults(scores, {}, {}, tuning)}, plan)
+    assert "below epsilon 1" in claim1 and "local 0.810 at lr 0.001, 0.720 at lr 0.03; fedavg 0.735 at lr 0.001" in claim1
+    assert "1: 0.1, inf: 0.1" in claim4 and "(FedAvg minus Local 1: -0.0700)" in claim4
+    scores["fedavg"]["1"] = [0.82]  # FedAvg wins under DP: claim 1 holds, no note for it
+    assert len(misses_explained({1.0: TauResults(scores, {}, {}, tuning)}, plan)) == 1
