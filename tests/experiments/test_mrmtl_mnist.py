@@ -32,7 +32,10 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     (purity,) = [r for r in rep.rows if r.setting == "mask=0.1 (a), eps=4" and r.metric.startswith("ifca(100%): cluster purity")]
     assert purity.measured.startswith(f"{cluster_purity(assignments, [0, 1, 2, 3]):.5f}")
     diagnosis = [r for r in rep.rows if r.metric.endswith("test accuracy at rounds 1 / 2 / 4")]
-    assert {r.metric.split(":")[0] for r in diagnosis} == {"local", "fedavg", "ditto(lam=1)", "mr_mtl(lam=1)"}
+    assert {r.metric.split(":")[0] for r in diagnosis} == {
+        "local", "fedavg", "ditto(lam=1)", "mr_mtl(lam=1)", "ditto(lam=1) anchor", "mr_mtl(lam=1) anchor"}
+    assert sum(r.metric.startswith(("ditto(lam=1) minus its own anchor", "mr_mtl(lam=1) minus its own anchor"))
+               for r in rep.rows) == 2
     assert sum(r.metric.startswith("MR-MTL(best lambda) is the best method") for r in rep.rows) == 1
     assert sum(r.metric.startswith("IFCA warm-start gain") for r in rep.rows) == 1  # eps 4 is in both studies
     assert all((ctx.out_dir / f).stat().st_size > 10_000 for f in rep.figures)
@@ -87,10 +90,15 @@ def test_diagnosis_verdicts_on_fixed_curves():
     curves = {
         "fedavg": {50: [0.60], 100: [0.64], 200: [0.66]},
         "ditto(lam=1)": {50: [0.55], 100: [0.62], 200: [0.67]},  # -0.05 -> +0.01: closes and turns
-        "mr_mtl(lam=1)": {50: [0.50], 100: [0.52], 200: [0.54]},  # -0.10 -> -0.12: does not close
+        "mr_mtl(lam=1)": {50: [0.50], 100: [0.52], 200: [0.54]},  # -0.10 -> -0.12: does not halve
+        "mr_mtl(lam=1) anchor": {50: [0.55], 100: [0.58], 200: [0.60]},  # personal - anchor: -0.05 / -0.06 / -0.06
     }
     rows = diagnosis_rows(curves, 200)
     assert rows[0].measured == "0.6000 / 0.6400 / 0.6600"
-    ditto, mrmtl = rows[3], rows[4]
-    assert ditto.measured == "-0.0500 / -0.0200 / +0.0100" and ditto.verdict.endswith("and turns")
-    assert mrmtl.verdict == "not under-training: the gap does not close"
+    ditto, mrmtl, own = rows[4], rows[5], rows[6]
+    assert ditto.measured == "-0.0500 / -0.0200 / +0.0100"
+    assert ditto.verdict == "under-trained: the gap halves or turns with more rounds"
+    assert mrmtl.verdict == "not under-training: the gap does not halve"
+    assert own.measured == "-0.0500 / -0.0600 / -0.0600" and own.verdict == "the loss is in the personal step"
+    curves["mr_mtl(lam=1)"][200] = [0.57]  # -0.10 -> -0.09 at 200: closes, but not by half
+    assert diagnosis_rows(curves, 200)[5].verdict == "not under-training: the gap does not halve"

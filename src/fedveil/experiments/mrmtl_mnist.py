@@ -221,21 +221,29 @@ def diagnosis_study(plan: MnistPlan) -> SiloStudy:
 Curves = dict[str, dict[int, list[float]]]  # method -> round -> accuracy per seed
 
 
+ANCHOR = " anchor"  # suffix of a personalised method's shared model: Ditto's global, MR-MTL's mean
+
+
 def accuracy_curves(runs_dir: Path, study: SiloStudy, task: SiloTask) -> Curves:
-    """Every method's test accuracy at each evaluated round (the model each silo uses)."""
+    """Every method's test accuracy at each evaluated round (the model each silo uses), and
+    for personalised methods also that of the shared model the personal ones are pulled to."""
     curves: Curves = {}
     for label in methods(study):
         for seed in study.seeds:
             for row in read_metrics(runs_dir / run_dir_name(label, NON_PRIVATE, seed) / METRICS_FILE):
                 if any(k.endswith("accuracy_weighted_mean") for k in row):
                     curves.setdefault(label, {}).setdefault(row["round"], []).append(task.score(row))
+                    anchor = row.get("global_client_accuracy_weighted_mean")
+                    if "personal_accuracy_weighted_mean" in row and anchor is not None:
+                        curves.setdefault(label + ANCHOR, {}).setdefault(row["round"], []).append(anchor)
     return curves
 
 
 def diagnosis_rows(curves: Curves, rounds: int) -> list[ResultRow]:
-    """Accuracy of each method at 1/4, 1/2 and all of ``rounds``; then the verdict: are
-    MR-MTL(1) and Ditto(1) below FedAvg only for want of rounds (the gap to FedAvg
-    closes, or turns, as training goes on) or do they stay below?"""
+    """Accuracy of each method (and shared anchor) at 1/4, 1/2 and all of ``rounds``; then
+    the verdicts: are MR-MTL(1) and Ditto(1) below FedAvg only for want of rounds (the gap
+    to FedAvg at least halves, or turns, as training goes on) or do they stay below? And
+    is the loss in the personal step (personal models below their own anchor)?"""
     checkpoints = [rounds // 4, rounds // 2, rounds]
     rows = [ResultRow(
         "no DP, mask 0.1", f"{label}: test accuracy at rounds " + " / ".join(map(str, checkpoints)),
@@ -243,16 +251,23 @@ def diagnosis_rows(curves: Curves, rounds: int) -> list[ResultRow]:
     ) for label, by_round in curves.items()]
     fedavg = curves["fedavg"]
     for label in curves:
-        if not label.startswith(("ditto", "mr_mtl")):
+        if not label.startswith(("ditto", "mr_mtl")) or label.endswith(ANCHOR):
             continue
         gaps = [statistics.fmean(curves[label][r]) - statistics.fmean(fedavg[r]) for r in checkpoints]
-        closes = gaps[-1] > gaps[0]
+        closes = gaps[-1] >= 0 or abs(gaps[-1]) <= abs(gaps[0]) / 2
         rows.append(ResultRow(
             "no DP, mask 0.1", f"{label} minus FedAvg at rounds " + " / ".join(map(str, checkpoints)),
             " / ".join(f"{g:+.4f}" for g in gaps), "lambda interpolates Local and FedAvg: at or above FedAvg",
-            ("under-trained: the gap closes with more rounds" + ("" if gaps[-1] < 0 else " and turns"))
-            if closes else "not under-training: the gap does not close",
+            "under-trained: the gap halves or turns with more rounds" if closes
+            else "not under-training: the gap does not halve",
         ))
+        if label + ANCHOR in curves:
+            own = [statistics.fmean(curves[label][r]) - statistics.fmean(curves[label + ANCHOR][r]) for r in checkpoints]
+            rows.append(ResultRow(
+                "no DP, mask 0.1", f"{label} minus its own anchor at rounds " + " / ".join(map(str, checkpoints)),
+                " / ".join(f"{g:+.4f}" for g in own), "a personal step should not lose to the model it starts from",
+                "the loss is in the personal step" if own[-1] < 0 else "the personal step helps",
+            ))
     return rows
 
 
@@ -263,9 +278,12 @@ def plot_curves(curves: Curves, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, by_round in curves.items():
-        xs = sorted(by_round)
-        ax.plot(xs, [statistics.fmean(by_round[r]) for r in xs], marker="o", label=label)
+    for i, label in enumerate(name for name in curves if not name.endswith(ANCHOR)):
+        for name, style in ((label, "-"), (label + ANCHOR, "--")):
+            if name in curves:
+                xs = sorted(curves[name])
+                ax.plot(xs, [statistics.fmean(curves[name][r]) for r in xs], marker="o", linestyle=style, color=f"C{i}",
+                        label=name + (" (Ditto: global, MR-MTL: mean)" if name.endswith(ANCHOR) else ""))
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (model each silo uses)")
     ax.set_title("no DP, mask 0.1: is lambda = 1 under-trained?")
