@@ -102,3 +102,16 @@ def test_diagnosis_verdicts_on_fixed_curves():
     assert own.measured == "-0.0500 / -0.0600 / -0.0600" and own.verdict == "the loss is in the personal step"
     curves["mr_mtl(lam=1)"][200] = [0.57]  # -0.10 -> -0.09 at 200: closes, but not by half
     assert diagnosis_rows(curves, 200)[5].verdict == "not under-training: the gap does not halve"
+
+
+def test_misses_are_explained_from_purity_and_scores():
+    from fedveil.experiments.mrmtl_mnist import MnistResults, misses_explained
+
+    results = fake(**{
+        "local": ([0.55], [0.79]), "fedavg": ([0.39], [0.60]), IFCA: ([0.48], [0.87]), WARM: ([0.53], [0.80]),
+        "mr_mtl(lam=0.01)": ([0.55], [0.79]), "mr_mtl(lam=0.1)": ([0.50], [0.70]),
+    })
+    res = MnistResults(results, {}, {}, [], mean_purity={(IFCA, "4"): 0.63, (IFCA, "inf"): 1.0})
+    at_4, warm_inf = misses_explained(res, STUDY)  # eps 4: IFCA below Local; inf: the warm start below IFCA
+    assert at_4.startswith("eps=4: IFCA (0.480) does not beat Local (0.550)") and "purity 0.63" in at_4
+    assert warm_inf.startswith("eps=inf: the warm start (0.800) falls short of IFCA (0.870)") and "purity 1.00" in warm_inf
