@@ -112,6 +112,8 @@ def test_misses_are_explained_from_purity_and_scores():
         "mr_mtl(lam=0.01)": ([0.55], [0.79]), "mr_mtl(lam=0.1)": ([0.50], [0.70]),
     })
     res = MnistResults(results, {}, {}, [], mean_purity={(IFCA, "4"): 0.63, (IFCA, "inf"): 1.0})
-    at_4, warm_inf = misses_explained(res, STUDY)  # eps 4: IFCA below Local; inf: the warm start below IFCA
+    at_4, lam_4, warm_inf, lam_inf = misses_explained(res, STUDY)  # eps 4: IFCA below Local; inf: warm start below IFCA
+    assert lam_4.startswith("eps=4: MR-MTL's best lambda is the grid's smallest (0.01)")  # 0.55 = Local's 0.55
+    assert lam_inf.startswith("eps=inf: MR-MTL")
     assert at_4.startswith("eps=4: IFCA (0.480) does not beat Local (0.550)") and "purity 0.63" in at_4
     assert warm_inf.startswith("eps=inf: the warm start (0.800) falls short of IFCA (0.870)") and "purity 1.00" in warm_inf
