@@ -195,17 +195,24 @@ def test_progress_is_one_plain_line_per_run_off_a_terminal(tmp_path, capsys):
     assert err[1].startswith("[2/2] seed=1: round 3/3  acc ")
 
 
-def test_a_ray_sweep_gives_the_sequential_numbers(tmp_path):
+def test_a_ray_sweep_gives_the_sequential_numbers(tmp_path, monkeypatch):
+    """Both sides single-threaded: torch's float reductions depend on the thread count, and
+    Ray workers keep a user's OMP_NUM_THREADS (e.g. 2) where an unset one becomes 1."""
     import ray
+    import torch
 
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
     items = [*TINY, "seed=0,1"]
-    run_sweep(plan_sweep(None, items), tmp_path / "seq", progress=False, echo=lambda line: None)
     lines: list[str] = []
     try:
+        torch.set_num_threads(1)
+        run_sweep(plan_sweep(None, items), tmp_path / "seq", progress=False, echo=lambda line: None)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         run_sweep(plan_sweep(None, items), tmp_path / "ray", progress=False, use_ray=True, echo=lines.append)
     finally:
         ray.shutdown()
+        torch.set_num_threads(threads)
     assert sorted(line.split(":")[0] for line in lines) == ["[1/2] seed=0", "[2/2] seed=1"]
     for name in ("0_seed=0", "1_seed=1"):
         assert rows_without_time(tmp_path / "ray" / "runs" / name) == rows_without_time(tmp_path / "seq" / "runs" / name)
