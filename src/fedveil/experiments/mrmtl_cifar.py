@@ -19,6 +19,7 @@ from typing import Any
 
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
+    study_record,
     NON_PRIVATE, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy, gap_text,
     lambda_trend_row, mean_score, mr_mtl_label, paired_gap, plot_study, run_grid, score_rows,
 )
@@ -121,7 +122,7 @@ def report(results: Results, plan: CifarPlan, task: SiloTask, quick: bool) -> Ex
         source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(d), G.4 (spec 002 §5, §6.1)",
         rows=rows, scale_notes=notes,
         extra={"accuracy": results, "model": plan.model,
-               "study": study.__dict__ | {"epsilons": [eps_label(e) for e in study.epsilons]}},
+               "study": study_record(study)},
         figures=["cifar_silos.png"],
     )
 

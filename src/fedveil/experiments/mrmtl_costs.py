@@ -22,7 +22,9 @@ from typing import Any
 from ..config import validate
 from ..runtime.simulation import Simulation
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
-from .silo_study import NON_PRIVATE, Results, SiloStudy, eps_label, gap_text, mean_score, paired_gap, run_grid, score_rows
+from .silo_study import (
+    NON_PRIVATE, Results, SiloStudy, eps_label, gap_text, mean_score, paired_gap, run_grid, score_rows, study_record,
+)
 from .mrmtl_vehicle import vehicle_task
 
 SWITCHES = (0.25, 0.5, 0.75)  # Fig. G.1: finetuning starts after this share of the rounds
@@ -159,7 +161,7 @@ def mrmtl_costs(ctx: ExperimentContext) -> ExperimentReport:
         source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.4, G.1, Fig. 1.3's MOCHA (spec 002 §7 claims 2, 8)",
         rows=rows, scale_notes=notes,
         extra={"accuracy": results, "noise_multipliers": z_table,
-               "study": grid.__dict__ | {"epsilons": [eps_label(e) for e in grid.epsilons]}},
+               "study": study_record(grid)},
         figures=["costs.png"],
     )
 

@@ -30,6 +30,7 @@ import torch
 from ..runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
+    study_record,
     NON_PRIVATE, Results, SiloStudy, SiloTask, baseline_algorithms, beats_both_rows, best_lambda, cell, eps_label,
     example_privacy, gap_text, lambda_trend_row, mean_score, methods, mr_mtl_label, paired_gap, plot_study, run_dir_name,
     run_grid, score_rows,
@@ -130,9 +131,9 @@ def purity_rows(runs_dir: Path, study: SiloStudy, num_silos: int, setting: str
     rows, means = [], {}
     groups = rotation_groups(num_silos)
     selections = max(1, math.floor(study.select_fraction * study.rounds))
-    ifca_labels = [label for name, (label, _) in baseline_algorithms(study).items()
-                   if name in study.baselines and name.startswith("ifca")]
-    for label in ifca_labels:
+    clustered = [label for name, (label, _) in baseline_algorithms(study).items()
+                 if name in study.baselines and name.startswith("ifca")]
+    for label in clustered:
         for epsilon in study.epsilons:
             runs = [runs_dir / run_dir_name(label, epsilon, seed) for seed in study.seeds_at(epsilon)]
             assignments = [run_assignments(r) for r in runs]
@@ -406,7 +407,7 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         rows=rows, scale_notes=notes,
         extra={"accuracy": {f"{a:g}": res.panel_a, **{f"{m:g}": r for m, r in res.panels.items()}},
                "diagnosis_curves": res.curves, "model": plan.model,
-               "study": study.__dict__ | {"epsilons": [eps_label(e) for e in study.epsilons]}},
+               "study": study_record(study)},
         figures=[f"mnist_mask{a:g}.png", "mnist_lambda1_diagnosis.png"],
     )
 

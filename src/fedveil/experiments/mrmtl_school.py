@@ -20,6 +20,7 @@ from typing import Any
 
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport
 from .silo_study import (
+    study_record,
     NON_PRIVATE, Results, SiloStudy, SiloTask, beats_both_rows, eps_label, example_privacy, lambda_trend_row,
     mean_score, mr_mtl_label, plot_study, run_grid, score_rows,
 )
@@ -88,7 +89,7 @@ def report(results: Results, study: SiloStudy, task: SiloTask, quick: bool) -> E
         title="MR-MTL on School under silo-specific example-level DP",
         source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(b), G.3; kenziyuliu/private-cross-silo-fl README (spec 002 §6.1)",
         rows=rows, scale_notes=notes,
-        extra={"mse": results, "study": study.__dict__ | {"epsilons": [eps_label(e) for e in study.epsilons]}},
+        extra={"mse": results, "study": study_record(study)},
         figures=["school_mse.png"],
     )
 

@@ -28,6 +28,7 @@ from scipy.stats import spearmanr
 
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
+    study_record,
     NON_PRIVATE, LearningRates, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
     gap_text, lambda_trend_row, mean_score, mr_mtl_label, paired_gap, plot_lambda_panel, run_grid, run_tuned_grid,
     score_rows,
@@ -319,7 +320,7 @@ def report(per_tau: dict[float, TauResults], plan: TradeoffStudy, quick: bool) -
                "learning_rates": {f"{tau:g}": tr.lrs for tau, tr in per_tau.items()},
                "taus": plan.taus, "crossover": {f"{t:g}": e for t, e in plan.crossover.items()}, "lrs": plan.lrs,
                "tune_seeds": plan.tune_seeds,
-               "study": study.__dict__ | {"epsilons": [eps_label(e) for e in study.epsilons]}},
+               "study": study_record(study)},
         figures=["vehicle_tradeoff.png"],
     )
 

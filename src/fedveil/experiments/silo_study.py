@@ -120,6 +120,11 @@ def eps_label(epsilon: float) -> str:
     return "inf" if epsilon == NON_PRIVATE else f"{epsilon:g}"
 
 
+def study_record(study: SiloStudy) -> dict[str, Any]:
+    """The study's settings as JSON data for a report's ``extra`` (epsilons as labels: inf is not JSON)."""
+    return study.__dict__ | {"epsilons": [eps_label(e) for e in study.epsilons]}
+
+
 def example_privacy(epsilon: float, delta: float, clip: float) -> dict[str, Any]:
     """The ``[privacy]`` section: none at epsilon = inf, else example-level DP with Poisson batches."""
     if epsilon == NON_PRIVATE:
