@@ -33,14 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)
 
 
-def write_fake_mnist(directory, n=160, seed=0):
-    """Class-dependent blobs so the tiny task is learnable; the real subset-pair IDX layout."""
+def write_fake_mnist(directory, n=160, seed=0, noise=40.0):
+    """Class-dependent blobs (pixel noise sd ``noise``) so the tiny task is learnable; the
+    real subset-pair IDX layout."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 10, n).astype(np.uint8)
     labels[: n // 4] = 3
     labels[n // 4 : n // 2] = 5
     centres = rng.integers(0, 256, (10, 28, 28))
-    images = np.clip(centres[labels] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
+    images = np.clip(centres[labels] + rng.normal(0, noise, (n, 28, 28)), 0, 255).astype(np.uint8)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(images)))
     (directory / "labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(labels)))

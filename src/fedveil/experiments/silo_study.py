@@ -47,6 +47,7 @@ class SiloStudy:
     ifca_lambda: float = 1.0  # IFCA-warm-started MR-MTL
     extra_methods: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> [algorithm] (ablations)
     eval_every: int = 0  # rounds between test evaluations (0: after the last round only)
+    client_options: dict[str, Any] = field(default_factory=dict)  # more [client] settings, e.g. an lr schedule
 
     def seeds_at(self, epsilon: float) -> list[int]:
         return self.seeds + (self.focus_seeds if epsilon in self.focus_epsilons else [])
