@@ -269,7 +269,7 @@ def claim_rows(results: Results, study: AdultStudy) -> list[ResultRow]:
 def diagnostic_rows(results: Results, study: AdultStudy, sizes: dict[int, list[int]] | None) -> list[ResultRow]:
     """What explains the verdicts: the female user's weight per round (claim i), the
     demographic-parity gaps when balanced (claim iii) and the weaker vanilla ablation."""
-    few, many = min(study.male_users), max(study.male_users)
+    few = min(study.male_users)
     rows = []
     if sizes:
         share = sizes[few][0] / sum(sizes[few])

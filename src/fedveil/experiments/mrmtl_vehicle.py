@@ -30,7 +30,8 @@ from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRo
 from .silo_study import (
     study_record,
     NON_PRIVATE, LearningRates, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
-    gap_text, lambda_trend_row, mean_score, mr_mtl_label, paired_gap, plot_lambda_panel, run_grid, run_tuned_grid,
+    gap_text, lambda_trend_row, lr_rows, mean_score, mr_mtl_label, paired_gap, plot_lambda_panel, run_grid,
+    run_tuned_grid,
     score_rows,
 )
 
@@ -173,14 +174,6 @@ def endpoint_gap_rows(results: Results, study: SiloStudy, setting: str) -> list[
     )]
 
 
-def lr_rows(tr: TauResults, study: SiloStudy, setting: str) -> list[ResultRow]:
-    """The learning rate tuned for each method at each epsilon (the paper tunes eta too)."""
-    return [ResultRow(
-        f"{setting}, eps={e}", "learning rate tuned per method (tuning seed, not reported)",
-        "; ".join(f"{label} {by_eps[e]:g}" for label, by_eps in tr.lrs.items()), "tuned over 0.001-0.3 on the test set",
-    ) for e in map(eps_label, study.epsilons)]
-
-
 def best_outside(tr: TauResults, study: SiloStudy, task: SiloTask, eps: str) -> float:
     return task.best({lam: mean_score(tr.outside, outside_label(lam), eps) for lam in study.lambdas})
 
@@ -285,7 +278,7 @@ def report(per_tau: dict[float, TauResults], plan: TradeoffStudy, quick: bool) -
     for tau in plan.taus:
         results, task, setting = scores[tau], vehicle_task(tau), f"tau={tau:g}"
         rows += score_rows(results, plan.study, task, {}, setting)
-        rows += lr_rows(per_tau[tau], plan.study, setting)
+        rows += lr_rows(per_tau[tau].lrs, plan.study, setting, "tuned over 0.001-0.3 on the test set")
         rows += endpoint_gap_rows(results, plan.study, setting)
         rows += beats_both_rows(results, plan.study, task, "yes near the Local ~ FedAvg crossover (Fig. 1.3a: eps ~ 0.5 "
                                 "on the real Vehicle)", setting)

@@ -157,6 +157,15 @@ def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "",
 LearningRates = dict[str, dict[str, float]]  # method label -> epsilon label -> chosen lr
 
 
+def lr_rows(lrs: LearningRates, study: SiloStudy, setting: str = "", paper: str = "") -> list[ResultRow]:
+    """One row per epsilon: the learning rate :func:`run_tuned_grid` chose for each method."""
+    where = f"{setting}, " if setting else ""
+    return [ResultRow(
+        f"{where}eps={e}", "learning rate tuned per method (tuning seed, not reported)",
+        "; ".join(f"{label} {by_eps[e]:g}" for label, by_eps in lrs.items()), paper,
+    ) for e in map(eps_label, study.epsilons)]
+
+
 def run_tuned_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, lrs: list[float], tune_seeds: list[int],
                    desc: str = "") -> tuple[Results, LearningRates, dict[float, Results]]:
     """Every method's learning rate tuned per epsilon, as the paper tunes eta over a grid
