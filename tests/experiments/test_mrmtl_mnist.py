@@ -134,6 +134,8 @@ def test_diagnosis_verdicts_on_fixed_curves():
     assert own.measured == "-0.0500 / -0.0600 / -0.0600" and own.verdict == "the loss is in the personal step"
     curves["mr_mtl(lam=1)"][200] = [0.57]  # -0.10 -> -0.09 at 200: closes, but not by half
     assert diagnosis_rows(curves, 200)[7].verdict == "not under-training: the gap does not halve"
+    decayed = diagnosis_rows(curves, 200, decayed=True)  # judged at the end only: ditto +0.01, mr_mtl -0.09
+    assert [decayed[5].verdict, decayed[7].verdict] == ["at or above FedAvg at the end", "below FedAvg at the end"]
 
 
 def test_misses_are_explained_from_purity_and_scores():
