@@ -11,6 +11,8 @@ from fedveil.experiments.mrmtl_cifar import CifarPlan, cifar_study, cifar_task, 
 from fedveil.experiments.registry import ExperimentContext
 from fedveil.runtime.simulation import Simulation
 
+from per_silo_reference import logistic_regression_accuracy  # same folder (pytest puts it on sys.path)
+
 
 def test_tiny_plan_runs_and_reports(tmp_path):
     plan = CifarPlan(samples_per_class=8, batch_size=5, study=cifar_study([8.0, math.inf], [1.0], [1], 2),
@@ -56,8 +58,6 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     scikit-learn's logistic regression fitted per silo on the same rows: within 0.1 (0.642
     vs 0.708 on 120 test rows when this test was written; an lr that diverges, or pixels
     the MLP cannot learn from, scores near chance, 0.2)."""
-    from sklearn.linear_model import LogisticRegression
-
     from fedveil.runtime import run
     from fedveil.runtime.dataset import build_dataset
 
@@ -65,11 +65,6 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     plan.study.lr = 0.005
     config = validate(cifar_task(plan, num_silos=6).config({"name": "local"}, math.inf, 0, plan.study))
     ours = run(config, tmp_path / "run", progress=False, plots=False)["personal_accuracy_weighted_mean"]
-    correct = rows = 0
-    for client in build_dataset(config.data, config.seed).clients:
-        fit = LogisticRegression(max_iter=3000).fit(client.train.x.flatten(1).numpy(), client.train.y.numpy())
-        correct += int((fit.predict(client.test.x.flatten(1).numpy()) == client.test.y.numpy()).sum())
-        rows += len(client.test.y)
-    independent = correct / rows
+    independent = logistic_regression_accuracy(build_dataset(config.data, config.seed).clients)
     assert 0.5 < independent < 0.9  # hard enough that neither is perfect
     assert abs(ours - independent) <= 0.1

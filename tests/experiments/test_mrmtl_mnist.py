@@ -16,7 +16,8 @@ from fedveil.config import validate
 from fedveil.experiments.registry import ExperimentContext
 from fedveil.runtime.dataset import build_dataset
 
-from test_dp_schedules import write_fake_mnist  # same folder (pytest puts it on sys.path)
+from per_silo_reference import logistic_regression_accuracy  # same folder (pytest puts it on sys.path)
+from test_dp_schedules import write_fake_mnist
 
 
 def test_tiny_plan_runs_every_part_and_reports(tmp_path):
@@ -182,8 +183,6 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     """The study's Local pipeline (rotated, masked silos; MLP; no DP; 20 rounds) against
     scikit-learn's logistic regression fitted per silo on the same rows: within 0.05 on
     noisy blobs where neither is perfect (both measured 0.822 when this test was written)."""
-    from sklearn.linear_model import LogisticRegression
-
     from fedveil.runtime import run
 
     write_fake_mnist(tmp_path / "data" / "mnist-10k", n=1600, noise=250.0)
@@ -191,11 +190,6 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     study = panel_study([math.inf], [], ["local"], 20, [0])
     config = validate(mnist_task(ctx, MnistPlan(study=study), 0.1, num_silos=8).config({"name": "local"}, math.inf, 0, study))
     ours = run(config, tmp_path / "run", progress=False, plots=False)["personal_accuracy_weighted_mean"]
-    correct = rows = 0
-    for client in build_dataset(config.data, config.seed).clients:
-        fit = LogisticRegression(max_iter=2000).fit(client.train.x.flatten(1).numpy(), client.train.y.numpy())
-        correct += int((fit.predict(client.test.x.flatten(1).numpy()) == client.test.y.numpy()).sum())
-        rows += len(client.test.y)
-    independent = correct / rows
+    independent = logistic_regression_accuracy(build_dataset(config.data, config.seed).clients)
     assert 0.6 < independent < 0.95  # a task neither solves perfectly, so the band can fail
     assert abs(ours - independent) <= 0.05
