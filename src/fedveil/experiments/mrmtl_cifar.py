@@ -48,7 +48,7 @@ class CifarPlan:
     batch_size: int = 10  # 10 of ~160 training rows: the paper's sampling rate (100 of ~1,670)
     model: dict = field(default_factory=lambda: dict(MLP))
     study: SiloStudy = field(default_factory=lambda: cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0], [1, 2], 50))
-    lrs: list[float] = field(default_factory=lambda: [0.003, 0.01, 0.03, 0.1])  # tuned per method and epsilon
+    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])  # tuned per method and epsilon
     tune_seeds: list[int] = field(default_factory=lambda: [0])  # their runs pick the lr and are not reported
 
 
