@@ -95,3 +95,18 @@ def test_claim_rows_give_each_paired_gap_with_its_standard_error():
     se = statistics.stdev(noisy) / 3 ** 0.5
     assert abs(statistics.fmean(noisy)) < 2 * se
     assert row.verdict == "holds on the means, within 2 s.e. of fedavg" and f"vs fedavg {statistics.fmean(noisy):+.5f} ± {se:.5f} s.e. (within 2 s.e.)" in row.measured
+
+
+def test_lr_rows_and_edge_notes():
+    from fedveil.experiments.silo_study import lr_edge_notes, lr_rows
+
+    lrs = {"local": {"2": 0.001, "inf": 0.01}, "fedavg": {"2": 0.003, "inf": 0.03}}
+    study = SiloStudy(epsilons=[2.0, math.inf], lambdas=[])
+    rows = lr_rows(lrs, study, "tau=1")
+    assert [(r.setting, r.measured) for r in rows] == [
+        ("tau=1, eps=2", "local 0.001; fedavg 0.003"), ("tau=1, eps=inf", "local 0.01; fedavg 0.03")]
+    low, high = lr_edge_notes(lrs, [0.001, 0.003, 0.01, 0.03])
+    assert low.startswith("the tuned lr is the grid's lower edge (0.001) for 1 cells (local at eps=2)")
+    assert high.startswith("the tuned lr is the grid's upper edge (0.03) for 1 cells (fedavg at eps=inf)")
+    assert lr_edge_notes(lrs, [0.0003, 0.001, 0.003, 0.01, 0.03, 0.1]) == []  # nothing at either edge
+    assert lr_edge_notes({"local": {"2": 0.01}}, [0.01]) == []  # a one-rate grid has no edge to speak of

@@ -23,7 +23,7 @@ from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRo
 from .silo_study import (
     study_record,
     NON_PRIVATE, LearningRates, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
-    gap_text, lambda_trend_row, lr_rows, mean_score, mr_mtl_label, paired_gap, plot_study, run_tuned_grid, score_rows,
+    gap_text, lambda_trend_row, lr_edge_notes, lr_rows, mean_score, mr_mtl_label, paired_gap, plot_study, run_tuned_grid, score_rows,
 )
 
 SILOS, CLASSES_PER_SILO = 30, 5
@@ -123,6 +123,7 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
         f"{plan.lrs} on seed {plan.tune_seeds} (not reported), rounds {study.rounds} (the paper: 200), reported seeds "
         f"{study.seeds} (the paper: 5), lambdas {study.lambdas}",
     ]
+    notes += lr_edge_notes(lrs, plan.lrs)
     if quick:
         notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP; not comparable "
                      "to the paper")

@@ -157,6 +157,18 @@ def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "",
 LearningRates = dict[str, dict[str, float]]  # method label -> epsilon label -> chosen lr
 
 
+def lr_edge_notes(lrs: LearningRates, grid: list[float]) -> list[str]:
+    """A note for each edge of the lr grid that some (method, epsilon) chose: a rate beyond
+    it might score higher, so that cell's score is a lower bound on the tuned one."""
+    notes = []
+    for edge, side, beyond in ((min(grid), "lower", "smaller"), (max(grid), "upper", "larger")):
+        cells = [f"{label} at eps={e}" for label, by_eps in lrs.items() for e, lr in by_eps.items() if lr == edge]
+        if cells and len(grid) > 1:
+            notes.append(f"the tuned lr is the grid's {side} edge ({edge:g}) for {len(cells)} cells ({', '.join(cells)}): "
+                         f"a {beyond} rate might score higher there")
+    return notes
+
+
 def lr_rows(lrs: LearningRates, study: SiloStudy, setting: str = "", paper: str = "") -> list[ResultRow]:
     """One row per epsilon: the learning rate :func:`run_tuned_grid` chose for each method."""
     where = f"{setting}, " if setting else ""
