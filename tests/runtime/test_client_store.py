@@ -207,6 +207,7 @@ def test_disk_restore_keeps_exactly_the_checkpointed_versions(tmp_path):
     store.put(3, {"c": torch.tensor([3.0])}, 3)
     assert files(store) == ["c1.r2.pt", "c1.r3.pt", "c2.r1.pt", "c3.r3.pt"]
     (tmp_path / "c2.r3.pt.tmp").write_bytes(b"torn")
+    (tmp_path / "c3.r3.pt.0123abcd.tmp").write_bytes(b"torn")  # atomic_write's own temporary name
     (tmp_path / "notes.txt").write_text("not ours")
     resumed = DiskClientStore(tmp_path)
     resumed.restore({1: 2, 2: 1}, 2)

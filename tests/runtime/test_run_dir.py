@@ -13,6 +13,7 @@ from fedveil.runtime.run_dir import (
     METRICS_FILE,
     RunDirectory,
     RunDirError,
+    atomic_write,
     config_fingerprint,
     read_metrics,
 )
@@ -134,6 +135,33 @@ def test_a_damaged_checkpoint_is_reported(tmp_path, skip_plots):
         Simulation.from_config(config).run(out, resume=True)
 
 
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    """Two processes re-scoring one finished run both rewrite its files: a second writer
+    starting while the first is mid-write must not truncate or steal the first's file."""
+    target = tmp_path / "model.pt"
+
+    def first(handle):
+        handle.write(b"first")
+        atomic_write(target, lambda h: h.write(b"second"))  # the other writer, mid-write of the first
+
+    atomic_write(target, first)
+    assert target.read_bytes() == b"first"  # the last rename wins, whole
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "summary.json"
+    target.write_bytes(b"old")
+
+    def failing(handle):
+        handle.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, failing)
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
 def test_checkpoint_round_trip(tmp_path):
     run_dir = RunDirectory.create(tmp_path, CONFIG)
     assert run_dir.load_checkpoint() is None
@@ -143,7 +171,7 @@ def test_checkpoint_round_trip(tmp_path):
     assert loaded["round"] == 4
     assert torch.equal(loaded["server"]["params"]["w"], torch.arange(6.0).reshape(2, 3))
     assert list(loaded["clients"]) == [3] and torch.equal(loaded["clients"][3]["c"], torch.ones(2))
-    assert not (tmp_path / "checkpoint.pt.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 # ----------------------------------------------------------------------- metrics

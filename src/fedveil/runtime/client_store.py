@@ -45,7 +45,7 @@ from .device import to_cpu
 from .run_dir import RunDirError, atomic_write
 
 BACKENDS = ("memory", "disk")
-_STATE_FILE = re.compile(r"c(\d+)\.r(\d+)\.pt(\.tmp)?")
+_STATE_FILE = re.compile(r"c(\d+)\.r(\d+)\.pt(\.(?:[0-9a-f]+\.)?tmp)?")  # .tmp: a torn atomic_write
 
 
 def owns_storage(tensor: torch.Tensor) -> bool:

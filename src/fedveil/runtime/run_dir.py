@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CLIENT_METRICS_FILE = "client_metrics.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+TMP_SUFFIX = ".tmp"  # atomic_write's temporary files: <name>.<hex>.tmp
 MODEL_FILE = "model.pt"  # the final global model's state (parameters and buffers), on the CPU
 CLIENT_STATES_DIR = "client_states"
 
@@ -42,13 +44,19 @@ def config_fingerprint(config: dict[str, Any]) -> str:
 
 
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(handle)`` on a temporary file, fsync it and rename it to ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Call ``write(handle)`` on a temporary file, fsync it and rename it to ``path``. The
+    temporary name (``<name>.<random>.tmp``) is unique, so two processes writing the same
+    file (say, both re-scoring one finished run) never write into each other's."""
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "xb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json(path: Path, obj: Any) -> None:
