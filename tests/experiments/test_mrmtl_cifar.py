@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from fedveil.config import validate
-from fedveil.experiments.mrmtl_cifar import CifarPlan, cifar_study, cifar_task, ditto_rows, run_plan
+from fedveil.experiments.mrmtl_cifar import (
+    SMALL_MLP, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, noise_cause_rows, noise_to_signal, run_plan,
+)
 from fedveil.experiments.registry import ExperimentContext
 from fedveil.runtime.simulation import Simulation
 
@@ -15,21 +18,70 @@ from per_silo_reference import logistic_regression_accuracy  # same folder (pyte
 
 
 def test_tiny_plan_runs_and_reports(tmp_path):
-    plan = CifarPlan(samples_per_class=8, batch_size=5, study=cifar_study([8.0, math.inf], [1.0], [1], 2),
-                     lrs=[0.003, 0.01])
-    rep = run_plan(ExperimentContext(out_dir=tmp_path, quick=True, data_root=tmp_path), plan, num_silos=4)
+    arm = CifarPlan(samples_per_class=16, batch_size=2, silos=4, model=dict(SMALL_MLP), lrs=[0.01], paper_noise=None,
+                    study=cifar_study([8.0, math.inf], [1.0], [1], 2, ditto_lambdas=[]))
+    plan = CifarPlan(samples_per_class=8, batch_size=5, silos=4, study=cifar_study([8.0, math.inf], [1.0], [1], 2),
+                     lrs=[0.003, 0.01], paper_noise=arm)
+    rep = run_plan(ExperimentContext(out_dir=tmp_path, quick=True, data_root=tmp_path), plan)
     assert set(rep.extra["accuracy"]) == {"local", "fedavg", "mr_mtl(lam=1)", "ditto(lam=1)"}
     assert {lr for by_eps in rep.extra["lrs"].values() for lr in by_eps.values()} <= {0.003, 0.01}
-    assert [r.metric for r in rep.rows].count("learning rate tuned per method (tuning seed, not reported)") == 2
+    lr_settings = [r.setting for r in rep.rows if r.metric == "learning rate tuned per method (tuning seed, not reported)"]
+    assert lr_settings == ["eps=8", "eps=inf", "paper noise-to-signal, eps=8", "paper noise-to-signal, eps=inf"]
     assert (tmp_path / "runs" / "lr0.003" / "local_eps8_seed0").is_dir()  # the tuning seed's run
     assert [r.metric for r in rep.rows if r.metric.startswith("Ditto")] == [
         "Ditto's best lambda under DP vs without DP", "Ditto(lambda*=1) vs MR-MTL(lambda*=1)"]
     assert (tmp_path / "cifar_silos.png").stat().st_size > 10_000
+    # the paper-noise arm: its own runs, rows and figure
+    assert set(rep.extra["paper_noise"]["accuracy"]) == {"local", "fedavg", "mr_mtl(lam=1)"}
+    assert (tmp_path / "runs" / "paper_noise" / "lr0.01" / "fedavg_eps8_seed1").is_dir()
+    assert [r.setting for r in rep.rows if r.metric.startswith("per-silo DP-SGD noise-to-signal")] == ["eps=8"]
+    assert sum(r.setting.startswith("paper noise-to-signal, eps=") and r.metric.startswith("MR-MTL(best lambda)")
+               for r in rep.rows) == 2
+    assert (tmp_path / "cifar_silos_paper_noise.png").stat().st_size > 10_000
+
+
+def rdp_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    """The Poisson-subsampled Gaussian's epsilon from Google's dp-accounting (RDP), independent of fedveil."""
+    import dp_accounting
+
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    return accountant.get_epsilon(delta)
+
+
+def test_noise_to_signal_is_the_calibrated_sigma_times_sqrt_d_over_b():
+    """The paper's eps=8 cell (ConvNet, ~1,670 rows, batch 100, 200 rounds of 17 steps): the
+    sigma inside the ratio spends at most eps=8 by dp-accounting, and 1% less noise spends more."""
+    ratio = noise_to_signal(8.0, 1670, 100, 200, 42_442)
+    sigma = ratio * 100 / math.sqrt(42_442)
+    assert rdp_epsilon(sigma, 100 / 1670, 200 * 17, 1e-4) <= 8.0 + 1e-6
+    assert rdp_epsilon(0.99 * sigma, 100 / 1670, 200 * 17, 1e-4) > 8.0
+    # 5x the rows at 5x the batch keeps q, the steps and so sigma: the ratio falls 5x, and
+    # another 2x for a quarter of the parameters (the paper-noise arm against the main stand-in)
+    assert noise_to_signal(8.0, 800, 50, 50, 49_338) / noise_to_signal(8.0, 160, 10, 50, 197_322) == pytest.approx(0.1, rel=1e-3)
+
+
+def test_noise_cause_rows_on_fixed_numbers():
+    study = cifar_study([8.0, math.inf], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[])
+    task = cifar_task(CifarPlan(study=study, paper_noise=None))
+    main = {"local": {"8": [0.40, 0.42], "inf": [0.8, 0.8]}, "fedavg": {"8": [0.70, 0.74], "inf": [0.9, 0.9]},
+            "mr_mtl(lam=1)": {"8": [0.50, 0.56], "inf": [0.9, 0.9]}, "mr_mtl(lam=10)": {"8": [0.45, 0.47], "inf": [0.9, 0.9]}}
+    turned = {"local": {"8": [0.90, 0.91]}, "fedavg": {"8": [0.85, 0.86]},
+              "mr_mtl(lam=1)": {"8": [0.92, 0.94]}, "mr_mtl(lam=10)": {"8": [0.90, 0.90]}}
+    (row,) = noise_cause_rows(main, ArmResults(turned, {}), study, study, task)
+    # main: MR-MTL(1) - FedAvg = -0.20, -0.18 (mean -0.19, s.e. 0.01); arm: +0.07, +0.08
+    assert row.measured == ("main (lambda*=1) vs fedavg -0.19000 ± 0.01000 s.e. (beyond 2 s.e.); "
+                            "arm (lambda*=1) vs fedavg +0.07500 ± 0.00500 s.e. (beyond 2 s.e.)")
+    assert row.verdict.startswith("the cause is each silo's DP noise-to-signal")
+    still = {**turned, "fedavg": {"8": [0.95, 0.96]}}
+    (row,) = noise_cause_rows(main, ArmResults(still, {}), study, study, task)
+    assert row.verdict.startswith("not the noise-to-signal")
+    assert noise_cause_rows(turned, ArmResults(turned, {}), study, study, task) == []  # no miss, nothing to explain
 
 
 def test_every_silo_holds_five_classes_of_32x32x3_images():
-    plan = CifarPlan(samples_per_class=30, study=cifar_study([math.inf], [], [0], 1))
-    config = cifar_task(plan, num_silos=6).config({"name": "local"}, math.inf, 0, plan.study)
+    plan = CifarPlan(samples_per_class=30, silos=6, study=cifar_study([math.inf], [], [0], 1))
+    config = cifar_task(plan).config({"name": "local"}, math.inf, 0, plan.study)
     data = Simulation.from_config(validate(config)).data
     assert data.input_shape == (3, 32, 32)
     for client in data.clients:
@@ -61,9 +113,9 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     from fedveil.runtime import run
     from fedveil.runtime.dataset import build_dataset
 
-    plan = CifarPlan(samples_per_class=60, study=cifar_study([math.inf], [], [0], 30))
+    plan = CifarPlan(samples_per_class=60, silos=6, study=cifar_study([math.inf], [], [0], 30))
     plan.study.lr = 0.005
-    config = validate(cifar_task(plan, num_silos=6).config({"name": "local"}, math.inf, 0, plan.study))
+    config = validate(cifar_task(plan).config({"name": "local"}, math.inf, 0, plan.study))
     ours = run(config, tmp_path / "run", progress=False, plots=False)["personal_accuracy_weighted_mean"]
     independent = logistic_regression_accuracy(build_dataset(config.data, config.seed).clients)
     assert 0.5 < independent < 0.9  # hard enough that neither is perfect

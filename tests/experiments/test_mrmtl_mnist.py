@@ -10,7 +10,7 @@ import torch
 from fedveil.experiments.mrmtl_mnist import (
     CONSTANT, DECAYED, MnistPlan, PersonalStepCheck, cluster_purity, diagnosis_rows, mnist_task, mr_mtl_optimal_row,
     panel_a_rows, panel_study, personal_step_check, rotation_groups, run_assignments, run_plan, step_size_rows,
-    warm_start_trend_row,
+    warm_decay_rows, warm_start_trend_row,
 )
 from fedveil.config import validate
 from fedveil.experiments.registry import ExperimentContext
@@ -54,6 +54,10 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     assert sum(r.metric.startswith("MR-MTL(best lambda) is the best method") for r in rep.rows) == 1
     assert sum(r.metric.startswith("IFCA warm-start gain") for r in rep.rows) == 1  # eps 4 is in both studies
     assert all((ctx.out_dir / f).stat().st_size > 10_000 for f in rep.figures)
+    warm_decay = json.loads((ctx.runs_dir / "warm_decay_mask0.1" / "ifca(100%)+mr_mtl(lam=0.1)_epsinf_seed0" / "config.json")
+                            .read_text())
+    assert warm_decay["client"]["lr_schedule"] == "step" and warm_decay["client"]["lr_step_rounds"] == 1  # 3/4 of 2
+    assert sum(r.metric == "IFCA-warm-started MR-MTL (best lambda) vs IFCA, constant vs decayed lr" for r in rep.rows) == 1
     (conv,) = [r for r in rep.rows if r.setting.startswith("ConvNet")]
     assert conv.metric == "local: test accuracy" and "MLP" in conv.measured  # same rounds and seed as the MLP's cell
     assert json.loads((ctx.runs_dir / "convnet_mask0.1" / "local_epsinf_seed0" / "config.json").read_text())["model"]["name"] == "convnet"
@@ -193,3 +197,17 @@ def test_local_without_dp_is_within_a_band_of_an_independent_logistic_regression
     independent = logistic_regression_accuracy(build_dataset(config.data, config.seed).clients)
     assert 0.6 < independent < 0.95  # a task neither solves perfectly, so the band can fail
     assert abs(ours - independent) <= 0.05
+
+
+def test_warm_decay_verdict_on_fixed_numbers():
+    study = panel_study([math.inf], [], ["ifca", "ifca_mrmtl"], 50, [0, 1], warm_lambdas=(0.1, 1.0))
+    lam1 = "ifca(20%)+mr_mtl(lam=1)"
+    constant = {IFCA: {"inf": [0.86, 0.88]}, WARM: {"inf": [0.80, 0.81]}, lam1: {"inf": [0.78, 0.79]}}
+    decayed = {IFCA: {"inf": [0.88, 0.89]}, WARM: {"inf": [0.86, 0.86]}, lam1: {"inf": [0.88, 0.90]}}
+    (row,) = warm_decay_rows(constant, decayed, study)
+    # constant: best lambda 0.1, 0.80 - 0.86 and 0.81 - 0.88 = -0.06, -0.07; decayed: lambda 1, 0.00, +0.01
+    assert row.measured == (f"{CONSTANT}: lambda*=0.1 vs {IFCA} -0.06500 ± 0.00500 s.e. (beyond 2 s.e.); "
+                            f"{DECAYED}: lambda*=1 vs {IFCA} +0.00500 ± 0.00500 s.e. (within 2 s.e.)")
+    assert row.verdict.startswith("the step size")
+    decayed[lam1]["inf"] = [0.80, 0.80]  # the decay leaves the gap: -0.02 and -0.03 at lambda 0.1
+    assert warm_decay_rows(constant, decayed, study)[0].verdict.startswith("not the step size")

@@ -13,11 +13,21 @@ Claims checked:
 - Fig. 1.3(d): MR-MTL at its best lambda is at least as good as Local and FedAvg;
 - Fig. G.4: Ditto's best lambda is larger under privacy, but its utility at that lambda
   is below MR-MTL's (its second training per round costs noise; claim 8).
+
+A second arm reruns Fig. 1.3(d) at the paper's per-silo DP noise-to-signal ratio (see
+:func:`noise_to_signal`): the main stand-in's silos hold ~160 training rows, so keeping the
+paper's sampling rate means batch 10 where the paper's is 100, and its MLP has 4.6x the
+ConvNet's parameters; both make each silo's DP-SGD step ~13x noisier than the paper's.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..models import build_model
+from ..models.complexity import count_params
+from ..privacy.calibration import calibrate_noise
 
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
@@ -28,8 +38,12 @@ from .silo_study import (
 
 SILOS, CLASSES_PER_SILO = 30, 5
 MLP = {"name": "mlp", "options": {"hidden": [64]}}
+SMALL_MLP = {"name": "mlp", "options": {"hidden": [16]}}  # 49,338 parameters, near the paper's ConvNet
 INTRA_CLASS, PIXEL_NOISE = 3.0, 1.5  # per-silo logistic regression scores ~0.7: hard, as CIFAR-10 is
 CONVNET = {"name": "convnet"}  # the paper's ConvNet (42,442 parameters at 32x32x3)
+PAPER_NOISE_DIR = "paper_noise"  # the second arm's runs, under the experiment's runs folder
+# the paper's per-silo DP-SGD (spec 002 §5): ConvNet, ~1,670 training rows per silo, batch 100, 200 one-epoch rounds
+PAPER_PARAMS, PAPER_ROWS, PAPER_BATCH, PAPER_ROUNDS = 42_442, 1_670, 100, 200
 
 
 def ditto_label(lam: float) -> str:
@@ -47,27 +61,38 @@ def cifar_study(epsilons: list[float], lambdas: list[float], seeds: list[int], r
 @dataclass
 class CifarPlan:
     samples_per_class: int = 600  # 6,000 images: 200 per silo (the paper: ~1,900 of real CIFAR-10)
+    silos: int = SILOS  # fewer only in tests
     batch_size: int = 10  # 10 of ~160 training rows: the paper's sampling rate (100 of ~1,670)
     model: dict = field(default_factory=lambda: dict(MLP))
     study: SiloStudy = field(default_factory=lambda: cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0, 10.0], [1, 2], 50,
                                                                     ditto_lambdas=[0.1, 1.0]))
-    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])  # tuned per method and epsilon
+    lrs: list[float] = field(default_factory=lambda: [0.0003, 0.001, 0.003, 0.01, 0.03])  # tuned per method and epsilon
     tune_seeds: list[int] = field(default_factory=lambda: [0])  # their runs pick the lr and are not reported
+    paper_noise: "CifarPlan | None" = field(default_factory=lambda: paper_noise_plan())  # the second arm
+
+
+def paper_noise_plan() -> CifarPlan:
+    """The arm at the paper's noise-to-signal: 5x the rows per silo (~800 training rows), so
+    that batch 50 keeps the sampling rate, and a 16-unit MLP (49k parameters) for the
+    64-unit one (197k); Local, FedAvg and MR-MTL only."""
+    return CifarPlan(samples_per_class=3000, batch_size=50, model=dict(SMALL_MLP),
+                     study=cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0, 10.0], [1, 2], 50, ditto_lambdas=[]),
+                     lrs=[0.001, 0.003, 0.01], paper_noise=None)
 
 
 def quick_plan() -> CifarPlan:
-    return CifarPlan(study=cifar_study([8.0, NON_PRIVATE], [1.0], [1], 3), lrs=[0.003, 0.01])
+    return CifarPlan(study=cifar_study([8.0, NON_PRIVATE], [1.0], [1], 3), lrs=[0.003, 0.01], paper_noise=None)
 
 
-def cifar_task(plan: CifarPlan, num_silos: int = SILOS) -> SiloTask:
-    """Test accuracy of the model each silo uses (fewer silos only in tests)."""
+def cifar_task(plan: CifarPlan) -> SiloTask:
+    """Test accuracy of the model each silo uses."""
 
     def config(algorithm: dict, epsilon: float, seed: int, study: SiloStudy) -> dict[str, Any]:
         return {
             "seed": seed,
             "executor": "vectorized",
             "data": {
-                "name": "multidomain_synthetic", "num_clients": num_silos, "test_fraction": 0.2,
+                "name": "multidomain_synthetic", "num_clients": plan.silos, "test_fraction": 0.2,
                 "options": {"num_classes": 10, "num_domains": 1, "samples_per_class": plan.samples_per_class,
                             "image_size": 32, "intra_class": INTRA_CLASS, "noise": PIXEL_NOISE, "seed": 0},
                 "partition": {"name": "shards", "classes_per_client": CLASSES_PER_SILO},
@@ -75,13 +100,50 @@ def cifar_task(plan: CifarPlan, num_silos: int = SILOS) -> SiloTask:
             "model": plan.model,
             "algorithm": algorithm,
             "client": {"batch_size": plan.batch_size, "lr": study.lr},
-            "federation": {"rounds": study.rounds, "clients_per_round": num_silos},
+            "federation": {"rounds": study.rounds, "clients_per_round": plan.silos},
             "privacy": example_privacy(epsilon, delta=1e-4, clip=8.0),
             "eval": {"every": study.rounds},
             "checkpoint": {"every": 0},
         }
 
     return SiloTask("heterogeneous CIFAR-10 silos (synthetic stand-in)", "accuracy", config)
+
+
+def noise_to_signal(epsilon: float, rows: int, batch: int, rounds: int, params: int) -> float:
+    """sigma * sqrt(d) / B: the expected norm of the Gaussian noise on one DP-SGD step's mean
+    gradient in units of the clip norm (the most one example's clipped gradient can add),
+    sigma calibrated (RDP, Poisson) to (epsilon, 1e-4) at sampling rate B/n over ``rounds``
+    one-epoch rounds of ceil(n/B) steps, as every silo's DP-SGD here and in the paper."""
+    sigma = calibrate_noise(epsilon, 1e-4, batch / rows, rounds * math.ceil(rows / batch))
+    return sigma * math.sqrt(params) / batch
+
+
+def silo_train_rows(plan: CifarPlan) -> int:
+    return int(plan.samples_per_class * 10 / plan.silos * 0.8)  # 10 classes, 20% of each silo held out
+
+
+def model_params(plan: CifarPlan) -> int:
+    return count_params(build_model(plan.model["name"], (3, 32, 32), 10, **plan.model.get("options", {})))
+
+
+def plan_noise_to_signal(plan: CifarPlan, epsilon: float) -> float:
+    return noise_to_signal(epsilon, silo_train_rows(plan), plan.batch_size, plan.study.rounds, model_params(plan))
+
+
+def noise_rows(plan: CifarPlan, arm: CifarPlan) -> list[ResultRow]:
+    """Per private epsilon: each silo's DP-SGD noise-to-signal in the main stand-in, in the
+    paper-noise arm, and in the paper's setting (ConvNet, ~1,670 rows, batch 100, 200 rounds)."""
+    rows = []
+    for eps in (e for e in arm.study.epsilons if e != NON_PRIVATE):
+        paper = noise_to_signal(eps, PAPER_ROWS, PAPER_BATCH, PAPER_ROUNDS, PAPER_PARAMS)
+        main, ours = plan_noise_to_signal(plan, eps), plan_noise_to_signal(arm, eps)
+        rows.append(ResultRow(
+            f"eps={eps_label(eps)}", "per-silo DP-SGD noise-to-signal, sigma sqrt(d) / B",
+            f"main stand-in {main:.1f} (B={plan.batch_size}, d={model_params(plan):,}); paper-noise arm {ours:.1f} "
+            f"(B={arm.batch_size}, d={model_params(arm):,})", f"{paper:.1f} (the paper's setting)",
+            f"main {main / paper:.1f}x the paper's; arm {ours / paper:.1f}x",
+        ))
+    return rows
 
 
 def ditto_lambdas(study: SiloStudy) -> list[float]:
@@ -129,19 +191,67 @@ def misses_explained(results: Results, study: SiloStudy) -> list[str]:
     return notes
 
 
-def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask, quick: bool) -> ExperimentReport:
+ARM = "paper noise-to-signal"  # the second arm's setting column
+ARM_FIGURE = "cifar_silos_paper_noise.png"
+
+
+@dataclass
+class ArmResults:
+    """The paper-noise arm's scores and tuned learning rates."""
+
+    scores: Results
+    lrs: LearningRates
+
+
+def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_study: SiloStudy,
+                     task: SiloTask) -> list[ResultRow]:
+    """Per private epsilon where FedAvg beats MR-MTL at every lambda in the main stand-in:
+    MR-MTL(best lambda) minus FedAvg there and in the paper-noise arm. The noise-to-signal is
+    the cause when the arm turns the gap (MR-MTL at or above FedAvg)."""
+    rows = []
+    for e in (eps_label(x) for x in study.epsilons if x != NON_PRIVATE and x in arm_study.epsilons):
+        main_lam, arm_lam = best_lambda(results, study, task, e), best_lambda(arm.scores, arm_study, task, e)
+        main_gap = paired_gap(results[mr_mtl_label(main_lam)][e], results["fedavg"][e])
+        if main_gap[0] >= 0:
+            continue
+        arm_gap = paired_gap(arm.scores[mr_mtl_label(arm_lam)][e], arm.scores["fedavg"][e])
+        rows.append(ResultRow(
+            f"eps={e}", "why FedAvg beats MR-MTL: MR-MTL(best lambda) minus FedAvg, main stand-in vs paper-noise arm",
+            f"main (lambda*={main_lam:g}) {gap_text('fedavg', main_gap)}; arm (lambda*={arm_lam:g}) "
+            f"{gap_text('fedavg', arm_gap)}", "MR-MTL >= FedAvg (Fig. 1.3d)",
+            "the cause is each silo's DP noise-to-signal: at the paper's ratio MR-MTL is at or above FedAvg"
+            if arm_gap[0] >= 0 else "not the noise-to-signal: FedAvg still wins at the paper's ratio",
+        ))
+    return rows
+
+
+def arm_rows(plan: CifarPlan, arm: ArmResults, task: SiloTask) -> list[ResultRow]:
+    """The paper-noise arm's scores, tuned rates and the Fig. 1.3(d) verdicts."""
+    study = plan.study
+    return (score_rows(arm.scores, study, task, {}, setting=ARM)
+            + lr_rows(arm.lrs, study, setting=ARM, paper="tuned on the test set (the paper)")
+            + beats_both_rows(arm.scores, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)", setting=ARM)
+            + lambda_trend_row(arm.scores, study, task, setting=f"{ARM}, lambda sweep"))
+
+
+def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask, quick: bool,
+           arm: ArmResults | None = None) -> ExperimentReport:
     study = plan.study
     rows = score_rows(results, study, task, {})
     rows += lr_rows(lrs, study, paper="tuned on the test set (the paper)")
     rows += beats_both_rows(results, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)")
     rows += lambda_trend_row(results, study, task)
     rows += ditto_rows(results, study, task)
+    if arm is not None and plan.paper_noise is not None:
+        rows += noise_rows(plan, plan.paper_noise)
+        rows += arm_rows(plan.paper_noise, arm, task)
+        rows += noise_cause_rows(results, arm, study, plan.paper_noise.study, task)
     notes = [
         f"SYNTHETIC stand-in for CIFAR-10 (multidomain_synthetic: one domain, 10 classes, {plan.samples_per_class} "
         f"images per class at 32x32x3, within-class field {INTRA_CLASS:g}, pixel noise {PIXEL_NOISE:g}, raw pixels); "
         "CIFAR-10 is not available offline",
-        f"{SILOS} silos of {CLASSES_PER_SILO} classes each (shards: every class held by 15 silos, rows dealt evenly, "
-        f"~{plan.samples_per_class * 10 // SILOS} rows per silo, 20% held out; the paper: random sizes 1,515-1,839)",
+        f"{plan.silos} silos of {CLASSES_PER_SILO} classes each (shards: every class held by 15 silos, rows dealt evenly, "
+        f"~{plan.samples_per_class * 10 // plan.silos} rows per silo, 20% held out; the paper: random sizes 1,515-1,839)",
         f"model {plan.model} (the paper: its ConvNet, `convnet` in the zoo, ~15x the cost per round on 2 CPU cores); "
         f"batch {plan.batch_size} (the paper's sampling rate), clip 8, delta 1e-4, lr tuned per method and epsilon over "
         f"{plan.lrs} on seed {plan.tune_seeds} (not reported), rounds {study.rounds} (the paper: 200), reported seeds "
@@ -149,16 +259,26 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     ]
     notes += lr_edge_notes(lrs, plan.lrs)
     notes += misses_explained(results, study)
+    extra = {"accuracy": results, "lrs": lrs, "model": plan.model, "study": study_record(study)}
+    figures = ["cifar_silos.png"]
+    if arm is not None and plan.paper_noise is not None:
+        a = plan.paper_noise
+        notes.append(
+            f"{ARM} arm: the same stand-in with {a.samples_per_class} images per class (~{silo_train_rows(a)} training rows "
+            f"per silo), batch {a.batch_size} (the same sampling rate), model {a.model}, lr tuned over {a.lrs} on seed "
+            f"{a.tune_seeds}, reported seeds {a.study.seeds}, MR-MTL lambdas {a.study.lambdas}, no Ditto; more rows per "
+            "silo also help Local without DP, so the arm's no-DP cell says how much of the change is data, not noise"
+        )
+        notes += [f"{ARM}: {note}" for note in lr_edge_notes(arm.lrs, a.lrs)]
+        extra["paper_noise"] = {"accuracy": arm.scores, "lrs": arm.lrs, "model": a.model, "study": study_record(a.study)}
+        figures.append(ARM_FIGURE)
     if quick:
         notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP; not comparable "
                      "to the paper")
     return ExperimentReport(
         title="MR-MTL and Ditto on heterogeneous CIFAR-10 silos (SYNTHETIC 32x32 stand-in)",
         source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(d), G.4 (spec 002 §5, §6.1)",
-        rows=rows, scale_notes=notes,
-        extra={"accuracy": results, "lrs": lrs, "model": plan.model,
-               "study": study_record(study)},
-        figures=["cifar_silos.png"],
+        rows=rows, scale_notes=notes, extra=extra, figures=figures,
     )
 
 
@@ -170,9 +290,16 @@ def mrmtl_cifar(ctx: ExperimentContext) -> ExperimentReport:
     return run_plan(ctx, plan)
 
 
-def run_plan(ctx: ExperimentContext, plan: CifarPlan, num_silos: int = SILOS) -> ExperimentReport:
-    task = cifar_task(plan, num_silos)
+def run_plan(ctx: ExperimentContext, plan: CifarPlan) -> ExperimentReport:
+    task = cifar_task(plan)
     results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, task, plan.lrs, plan.tune_seeds, desc="CIFAR-10 stand-in")
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(results, plan.study, task, ctx.out_dir / "cifar_silos.png", "CIFAR-10 stand-in")
-    return report(results, lrs, plan, task, ctx.quick)
+    arm = None
+    if plan.paper_noise is not None:
+        a = plan.paper_noise
+        scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / PAPER_NOISE_DIR, a.study, cifar_task(a), a.lrs,
+                                            a.tune_seeds, desc=f"CIFAR-10 stand-in, {ARM}")
+        arm = ArmResults(scores, arm_lrs)
+        plot_study(scores, a.study, task, ctx.out_dir / ARM_FIGURE, f"CIFAR-10 stand-in, {ARM}")
+    return report(results, lrs, plan, task, ctx.quick, arm)

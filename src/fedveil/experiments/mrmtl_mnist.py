@@ -243,14 +243,28 @@ CONSTANT, DECAYED = "constant lr", "lr x0.1 from 3/4 of the rounds"
 DIAGNOSIS_SETTING = "no DP, mask 0.1"  # the report's setting column for the diagnosis (panel (a)'s mask)
 
 
+def decay_schedule(rounds: int) -> dict[str, Any]:
+    """The ``[client]`` settings of the decayed arm: the lr cut tenfold from 3/4 of ``rounds``."""
+    return {"lr_schedule": "step", "lr_decay": 0.1, "lr_step_rounds": max(1, int(rounds * DECAY_FROM))}
+
+
 def diagnosis_study(plan: MnistPlan, decayed: bool = False) -> SiloStudy:
     """Local, FedAvg, Ditto(1) and MR-MTL(1) without DP over ``plan.diagnosis_rounds``, at
     the panel's constant lr or (``decayed``) with it cut tenfold for the last quarter."""
     rounds = plan.diagnosis_rounds
-    schedule = {"lr_schedule": "step", "lr_decay": 0.1, "lr_step_rounds": max(1, int(rounds * DECAY_FROM))}
     return SiloStudy(epsilons=[NON_PRIVATE], lambdas=[1.0], baselines=["local", "fedavg", "ditto"], rounds=rounds,
                      lr=plan.study.lr, seeds=plan.diagnosis_seeds, ditto_lambda=1.0, eval_every=max(1, rounds // 8),
-                     client_options=schedule if decayed else {})
+                     client_options=decay_schedule(rounds) if decayed else {})
+
+
+def warm_decay_study(plan: MnistPlan) -> SiloStudy:
+    """IFCA and its warm start at each of panel (a)'s lambdas, without DP, over panel (a)'s
+    rounds and seeds with the lr cut tenfold for the last quarter: does the step size also
+    explain the warm start's gap to IFCA?"""
+    study = plan.study
+    decayed = panel_study([NON_PRIVATE], [], ["ifca", "ifca_mrmtl"], study.rounds, study.seeds,
+                          warm_lambdas=tuple(warm_labels(study)))
+    return replace(decayed, client_options=decay_schedule(study.rounds))
 
 
 Curves = dict[str, dict[int, list[float]]]  # method -> round -> accuracy per seed
@@ -384,6 +398,25 @@ def step_size_rows(curves: dict[str, Curves], checks: Checks, rounds: int) -> li
     return rows
 
 
+def warm_decay_rows(constant: Results, decayed: Results, study: SiloStudy) -> list[ResultRow]:
+    """The warm start (at its best lambda) minus IFCA without DP, at panel (a)'s constant lr
+    and with it decayed (:func:`warm_decay_study`): the step size is the cause of the gap
+    when decaying the lr brings the warm start to IFCA (within 2 s.e. or above)."""
+    ifca, _ = ifca_labels(study)
+    gaps = {}
+    for arm, results in ((CONSTANT, constant), (DECAYED, decayed)):
+        lam, warm = best_warm(results, study, "inf")
+        gaps[arm] = lam, paired_gap(results[warm]["inf"], results[ifca]["inf"])
+    mean, se = gaps[DECAYED][1]
+    return [ResultRow(
+        DIAGNOSIS_SETTING, "IFCA-warm-started MR-MTL (best lambda) vs IFCA, constant vs decayed lr",
+        "; ".join(f"{arm}: lambda*={lam:g} {gap_text(ifca, gap)}" for arm, (lam, gap) in gaps.items()),
+        "matches IFCA (Fig. 1.6a)",
+        "the step size: with the lr decayed the warm start matches IFCA" if mean >= -2 * se
+        else "not the step size: with the lr decayed the warm start still falls short of IFCA",
+    )]
+
+
 def plot_curves(curves: dict[str, Curves], path: Path) -> None:
     """One panel per lr arm: each method's accuracy by round, anchors dashed."""
     import matplotlib
@@ -469,6 +502,7 @@ class MnistResults:
     convnet: Results | None = None
     mean_purity: dict[tuple[str, str], float] = field(default_factory=dict)
     checks: Checks = field(default_factory=dict)
+    warm_decay: Results | None = None  # warm_decay_study's scores
 
 
 def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, SiloTask]) -> ExperimentReport:
@@ -490,6 +524,10 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         rows += diagnosis_rows(curves, plan.diagnosis_rounds, DIAGNOSIS_SETTING + ("" if arm == CONSTANT else f", {arm}"),
                                decayed=arm == DECAYED)
     rows += step_size_rows(res.curves, res.checks, plan.diagnosis_rounds)
+    if res.warm_decay is not None:
+        decayed = warm_decay_study(plan)
+        rows += score_rows(res.warm_decay, decayed, tasks[a], {}, f"{DIAGNOSIS_SETTING}, {DECAYED}")
+        rows += warm_decay_rows(res.panel_a, res.warm_decay, study)
     if res.convnet is not None:
         rows += convnet_rows(res.convnet, res.panel_a, plan, tasks[a])
     notes = [
@@ -516,6 +554,9 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
         f"{int(plan.diagnosis_rounds * DECAY_FROM)} (a step schedule); unsettled silos are counted on the first seed's "
         "runs, from their final models",
     ]
+    if res.warm_decay is not None:
+        notes.append(f"the warm start's decayed arm: IFCA and the warm start at lambdas {list(warm_labels(study))}, no DP, "
+                     f"{study.rounds} rounds, seeds {study.seeds}, lr cut tenfold from round {int(study.rounds * DECAY_FROM)}")
     notes += misses_explained(res, study)
     if quick:
         notes.append("quick mode: 5 rounds, one epsilon, four methods and one lambda, one mask panel, 10 diagnosis rounds, "
@@ -551,6 +592,10 @@ def run_plan(ctx: ExperimentContext, plan: MnistPlan, num_silos: int = SILOS) ->
         run_grid(runs_d, diagnosis, tasks[a], desc=f"lambda = 1 diagnosis, {arm}")
         curves[arm] = accuracy_curves(runs_d, diagnosis, tasks[a])
         checks.update(personal_step_checks(runs_d, diagnosis, arm))
+    warm_decay = None
+    if NON_PRIVATE in plan.study.epsilons and "ifca_mrmtl" in plan.study.baselines:
+        warm_decay = run_grid(ctx.runs_dir / f"warm_decay_mask{a:g}", warm_decay_study(plan), tasks[a],
+                              desc=f"IFCA warm start, {DECAYED}")
     convnet = None
     if plan.convnet is not None:
         convnet = run_grid(ctx.runs_dir / f"convnet_mask{a:g}", plan.convnet,
@@ -558,4 +603,5 @@ def run_plan(ctx: ExperimentContext, plan: MnistPlan, num_silos: int = SILOS) ->
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
     plot_curves(curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")
-    return report(MnistResults(panel_a, panels, curves, purity, convnet, mean_purity, checks), plan, ctx.quick, tasks)
+    results = MnistResults(panel_a, panels, curves, purity, convnet, mean_purity, checks, warm_decay)
+    return report(results, plan, ctx.quick, tasks)
