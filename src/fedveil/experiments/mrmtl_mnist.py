@@ -29,7 +29,7 @@ import torch
 
 from ..runtime.evaluation import evaluate
 from ..runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
-from ..runtime.saved_model import load_saved_run, saved_client_states
+from ..runtime.finished_run import FinishedRun
 from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRow
 from .silo_study import (
     study_record,
@@ -342,13 +342,12 @@ def personal_step_check(run_dir: Path) -> PersonalStepCheck:
     objective alike) has F_k(w_k) <= h_k(w_k) <= h_k(anchor) = F_k(anchor); a silo whose
     personal model has the higher training loss has not settled at a minimiser. The anchor
     is the run's final shared model (MR-MTL's mean, Ditto's global model)."""
-    sim, anchor = load_saved_run(run_dir)
-    states = saved_client_states(run_dir)
+    run = FinishedRun.load(run_dir)
+    sim, anchor = run.sim, run.global_params()
     model, kind = sim.trainer.model, sim.data.task
     personal, shared = [], []
     for cid, client in enumerate(sim.data.clients):
-        own = sim.algorithm.personal_params({"params": anchor}, states.get(cid), None)
-        personal.append(evaluate(model, own, client.train, kind)["loss"])
+        personal.append(evaluate(model, run.personal_params(cid), client.train, kind)["loss"])
         shared.append(evaluate(model, anchor, client.train, kind)["loss"])
     above = sum(p > a for p, a in zip(personal, shared))
     return PersonalStepCheck(above, len(personal), statistics.fmean(personal), statistics.fmean(shared))

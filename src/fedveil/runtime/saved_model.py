@@ -17,7 +17,8 @@ from ..seeding import torch_generator
 from ..training.adversarial import PGD
 from .evaluation import evaluate
 from .initial_model import initial_params
-from .run_dir import CHECKPOINT_FILE, CLIENT_STATES_DIR, CONFIG_FILE, MODEL_FILE, read_json
+from .finished_run import final_checkpoint
+from .run_dir import CONFIG_FILE, MODEL_FILE, read_json
 from .simulation import Simulation
 
 
@@ -36,14 +37,7 @@ def load_saved_run(run_dir: str | Path, data_root: str | None = None) -> tuple[S
 def saved_client_states(run_dir: str | Path) -> dict[int, dict]:
     """Every client's state at the end of a finished run (read from its checkpoint, in memory
     or in ``client_states/``, without touching the run)."""
-    run_dir = Path(run_dir)
-    checkpoint = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
-    out = {}
-    for cid, entry in checkpoint["clients"].items():
-        if isinstance(entry, int):  # the disk store's index: the round of the client's newest state
-            entry = torch.load(run_dir / CLIENT_STATES_DIR / f"c{cid}.r{entry}.pt", weights_only=True)
-        out[int(cid)] = entry
-    return out
+    return final_checkpoint(run_dir)["clients"]
 
 
 def kept_statistics(run_dir: str | Path) -> dict[int, dict]:
