@@ -34,8 +34,8 @@ from .registry import EXPERIMENTS, ExperimentContext, ExperimentReport, ResultRo
 from .silo_study import (
     study_record,
     NON_PRIVATE, Results, SiloStudy, SiloTask, baseline_algorithms, beats_both_rows, best_lambda, cell, eps_label,
-    example_privacy, gap_text, lambda_trend_row, mean_score, methods, mr_mtl_label, paired_gap, plot_study, run_dir_name,
-    run_grid, score_rows,
+    example_privacy, gap_text, is_warm_start, lambda_trend_row, mean_score, methods, mr_mtl_label, paired_gap, plot_study,
+    run_dir_name, run_grid, score_rows,
 )
 
 SILOS, ROTATION_GROUPS = 40, 4
@@ -165,7 +165,7 @@ def ifca_labels(study: SiloStudy) -> tuple[str, str]:
 
 def warm_labels(study: SiloStudy) -> dict[float, str]:
     """The IFCA warm start's label at each lambda the study runs it with."""
-    lambdas = [study.ifca_lambda, *(a["lam"] for a in study.extra_methods.values() if a.get("fedavg_fraction"))]
+    lambdas = [study.ifca_lambda, *(a["lam"] for a in study.extra_methods.values() if is_warm_start(a))]
     return {lam: baseline_algorithms(replace(study, ifca_lambda=lam))["ifca_mrmtl"][0] for lam in sorted(lambdas)}
 
 

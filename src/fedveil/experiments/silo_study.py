@@ -101,6 +101,12 @@ def baseline_algorithms(study: SiloStudy) -> dict[str, tuple[str, dict[str, Any]
     }
 
 
+def is_warm_start(algorithm: dict[str, Any]) -> bool:
+    """Whether an ``[algorithm]`` section is the IFCA warm start (``ifca_mrmtl``): IFCA that
+    hands over to MR-MTL towards each silo's cluster after its ``fedavg_fraction`` of rounds."""
+    return algorithm["name"] == "ifca" and "fedavg_fraction" in algorithm
+
+
 def mr_mtl_label(lam: float) -> str:
     return f"mr_mtl(lam={lam:g})"
 
