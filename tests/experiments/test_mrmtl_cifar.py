@@ -9,7 +9,8 @@ import torch
 
 from fedveil.config import validate
 from fedveil.experiments.mrmtl_cifar import (
-    SMALL_MLP, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, noise_cause_rows, noise_to_signal, run_plan,
+    SMALL_MLP, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, dp_cost_rows, noise_cause_rows, noise_to_signal,
+    run_plan,
 )
 from fedveil.experiments.registry import ExperimentContext
 from fedveil.runtime.simulation import Simulation
@@ -138,3 +139,14 @@ def test_misses_say_whether_the_lambda_grid_can_be_the_cause():
     results["mr_mtl(lam=10)"]["8"] = [0.60, 0.60]
     assert misses_explained(results, study)[0].endswith("the best lambda is the grid's largest, so a stronger pull "
                                                         "might close the gap")
+
+
+def test_dp_cost_rows_on_fixed_numbers():
+    study = cifar_study([8.0, math.inf], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[])
+    task = cifar_task(CifarPlan(study=study, paper_noise=None))
+    results = {"local": {"8": [0.40, 0.42], "inf": [0.80, 0.80]}, "fedavg": {"8": [0.70, 0.74], "inf": [0.90, 0.90]},
+               "mr_mtl(lam=1)": {"8": [0.50, 0.56], "inf": [0.88, 0.88]}, "mr_mtl(lam=10)": {"8": [0.45, 0.47], "inf": [0.91, 0.91]}}
+    (row,) = dp_cost_rows(results, study, task, setting="arm")
+    # local 0.41 - 0.80; fedavg 0.72 - 0.90; MR-MTL: lambda 1 at eps 8 (0.53) minus lambda 10 without DP (0.91)
+    assert row.setting == "arm, eps=8" and row.measured == "local -0.390, fedavg -0.180, mr_mtl -0.380"
+    assert dp_cost_rows(results, cifar_study([8.0], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[]), task) == []

@@ -225,12 +225,36 @@ def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_st
     return rows
 
 
+def dp_cost_rows(results: Results, study: SiloStudy, task: SiloTask, setting: str = "") -> list[ResultRow]:
+    """Per private epsilon: the accuracy each of Local, FedAvg and MR-MTL (best lambda at
+    each epsilon) loses to DP against its own no-DP score. Per-silo DP noise hits the
+    models a silo trains alone hardest; FedAvg averages 30 silos' noise away."""
+    if NON_PRIVATE not in study.epsilons:
+        return []
+    prefix = f"{setting}, " if setting else ""
+
+    def score(label: str, e: str) -> float:
+        return mean_score(results, label, e)
+
+    rows = []
+    for e in (eps_label(x) for x in study.epsilons if x != NON_PRIVATE):
+        free, private = best_lambda(results, study, task, "inf"), best_lambda(results, study, task, e)
+        lost = {"local": score("local", e) - score("local", "inf"), "fedavg": score("fedavg", e) - score("fedavg", "inf"),
+                "mr_mtl": score(mr_mtl_label(private), e) - score(mr_mtl_label(free), "inf")}
+        rows.append(ResultRow(
+            f"{prefix}eps={e}", "accuracy lost to DP (score at eps minus without DP; MR-MTL at each one's best lambda)",
+            ", ".join(f"{m} {v:+.3f}" for m, v in lost.items()), "",
+        ))
+    return rows
+
+
 def arm_rows(plan: CifarPlan, arm: ArmResults, task: SiloTask) -> list[ResultRow]:
     """The paper-noise arm's scores, tuned rates and the Fig. 1.3(d) verdicts."""
     study = plan.study
     return (score_rows(arm.scores, study, task, {}, setting=ARM)
             + lr_rows(arm.lrs, study, setting=ARM, paper="tuned on the test set (the paper)")
             + beats_both_rows(arm.scores, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)", setting=ARM)
+            + dp_cost_rows(arm.scores, study, task, setting=ARM)
             + lambda_trend_row(arm.scores, study, task, setting=f"{ARM}, lambda sweep"))
 
 
@@ -242,6 +266,7 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     rows += beats_both_rows(results, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)")
     rows += lambda_trend_row(results, study, task)
     rows += ditto_rows(results, study, task)
+    rows += dp_cost_rows(results, study, task)
     if arm is not None and plan.paper_noise is not None:
         rows += noise_rows(plan, plan.paper_noise)
         rows += arm_rows(plan.paper_noise, arm, task)
