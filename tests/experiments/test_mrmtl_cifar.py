@@ -67,14 +67,16 @@ def test_noise_cause_rows_on_fixed_numbers():
     task = cifar_task(CifarPlan(study=study, paper_noise=None))
     main = {"local": {"8": [0.40, 0.42], "inf": [0.8, 0.8]}, "fedavg": {"8": [0.70, 0.74], "inf": [0.9, 0.9]},
             "mr_mtl(lam=1)": {"8": [0.50, 0.56], "inf": [0.9, 0.9]}, "mr_mtl(lam=10)": {"8": [0.45, 0.47], "inf": [0.9, 0.9]}}
-    turned = {"local": {"8": [0.90, 0.91]}, "fedavg": {"8": [0.85, 0.86]},
-              "mr_mtl(lam=1)": {"8": [0.92, 0.94]}, "mr_mtl(lam=10)": {"8": [0.90, 0.90]}}
+    turned = {"local": {"8": [0.90, 0.91], "inf": [0.95, 0.95]}, "fedavg": {"8": [0.85, 0.86], "inf": [0.92, 0.92]},
+              "mr_mtl(lam=1)": {"8": [0.92, 0.94], "inf": [0.94, 0.94]}, "mr_mtl(lam=10)": {"8": [0.90, 0.90], "inf": [0.9, 0.9]}}
     (row,) = noise_cause_rows(main, ArmResults(turned, {}), study, study, task)
-    # main: MR-MTL(1) - FedAvg = -0.20, -0.18 (mean -0.19, s.e. 0.01); arm: +0.07, +0.08
+    # main: MR-MTL(1) - FedAvg = -0.20, -0.18 (mean -0.19, s.e. 0.01); arm: +0.07, +0.08;
+    # without DP: main 0.90 - 0.90, arm 0.94 - 0.92
     assert row.measured == ("main (lambda*=1) vs fedavg -0.19000 ± 0.01000 s.e. (beyond 2 s.e.); "
-                            "arm (lambda*=1) vs fedavg +0.07500 ± 0.00500 s.e. (beyond 2 s.e.)")
+                            "arm (lambda*=1) vs fedavg +0.07500 ± 0.00500 s.e. (beyond 2 s.e.); "
+                            "without DP: main +0.0000, arm +0.0200")
     assert row.verdict.startswith("the cause is each silo's DP noise-to-signal")
-    still = {**turned, "fedavg": {"8": [0.95, 0.96]}}
+    still = {**turned, "fedavg": {"8": [0.95, 0.96], "inf": [0.92, 0.92]}}
     (row,) = noise_cause_rows(main, ArmResults(still, {}), study, study, task)
     assert row.verdict.startswith("not the noise-to-signal")
     assert noise_cause_rows(turned, ArmResults(turned, {}), study, study, task) == []  # no miss, nothing to explain
