@@ -304,8 +304,8 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
         extra["paper_noise"] = {"accuracy": arm.scores, "lrs": arm.lrs, "model": a.model, "study": study_record(a.study)}
         figures.append(ARM_FIGURE)
     if quick:
-        notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP; not comparable "
-                     "to the paper")
+        notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP, no paper-noise arm; "
+                     "not comparable to the paper")
     return ExperimentReport(
         title="MR-MTL and Ditto on heterogeneous CIFAR-10 silos (SYNTHETIC 32x32 stand-in)",
         source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(d), G.4 (spec 002 §5, §6.1)",
