@@ -164,6 +164,9 @@ def test_misses_are_explained_from_purity_and_scores():
     results["ifca(20%)+mr_mtl(lam=1)"]["inf"] = [0.78]  # the larger lambda scores lower: lambda is not the cause
     assert "does not rise with lambda: tuning lambda does not close the gap" in misses_explained(res, study)[2]
     assert panel_a_rows(results, study, "a")[2].metric == "IFCA-warm-started MR-MTL (best lambda 0.1) vs IFCA"
+    res.warm_decay = {IFCA: {"inf": [0.86]}, WARM: {"inf": [0.85]}, "ifca(20%)+mr_mtl(lam=1)": {"inf": [0.87]}}
+    assert misses_explained(res, study)[2].endswith(
+        "; with the lr cut tenfold for the last quarter: the step size: with the lr decayed the warm start matches IFCA")
 
 
 def test_step_size_verdict_on_fixed_numbers():

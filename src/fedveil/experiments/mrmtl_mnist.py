@@ -455,8 +455,12 @@ def misses_explained(res: "MnistResults", study: SiloStudy) -> list[str]:
             cause = (f"the pull towards the cluster model is too weak at these lambdas: IFCA ({where}) is the warm "
                      "start's lambda -> infinity limit, one model per cluster pooling a rotation's silos") if rises else (
                      "tuning lambda does not close the gap, and a stronger pull towards the cluster model scores lower")
+            decayed = ""
+            if e == "inf" and res.warm_decay is not None:
+                (row,) = warm_decay_rows(res.panel_a, res.warm_decay, study)
+                decayed = f"; with the lr cut tenfold for the last quarter: {row.verdict}"
             notes.append(f"eps={e}: the warm start falls short of IFCA ({score[ifca]:.3f}) at every lambda tried "
-                         f"({tried}); its score {'rises' if rises else 'does not rise'} with lambda: {cause}")
+                         f"({tried}); its score {'rises' if rises else 'does not rise'} with lambda: {cause}{decayed}")
         if score[ifca] <= score["local"]:
             notes.append(
                 f"eps={e}: IFCA ({score[ifca]:.3f}) does not beat Local ({score['local']:.3f}): its clusters have "
