@@ -9,8 +9,8 @@ import torch
 
 from fedveil.config import validate
 from fedveil.experiments.mrmtl_cifar import (
-    SMALL_MLP, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, dp_cost_rows, noise_cause_rows, noise_to_signal,
-    run_plan,
+    NOISE_CONTROL, PAPER_NOISE, SMALL_MLP, Arm, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, dp_cost_rows,
+    noise_cause_rows, noise_control_rows, noise_to_signal, run_plan,
 )
 from fedveil.experiments.registry import ExperimentContext
 from fedveil.runtime.simulation import Simulation
@@ -19,26 +19,34 @@ from per_silo_reference import logistic_regression_accuracy  # same folder (pyte
 
 
 def test_tiny_plan_runs_and_reports(tmp_path):
-    arm = CifarPlan(samples_per_class=16, batch_size=2, silos=4, model=dict(SMALL_MLP), lrs=[0.01], paper_noise=None,
+    arm = CifarPlan(samples_per_class=16, batch_size=2, silos=4, model=dict(SMALL_MLP), lrs=[0.01], arms=[],
                     study=cifar_study([8.0, math.inf], [1.0], [1], 2, ditto_lambdas=[]))
+    control = CifarPlan(samples_per_class=16, batch_size=1, silos=4, model=dict(SMALL_MLP), lrs=[0.01], arms=[],
+                        study=cifar_study([8.0], [1.0], [1], 2, ditto_lambdas=[]))
     plan = CifarPlan(samples_per_class=8, batch_size=5, silos=4, study=cifar_study([8.0, math.inf], [1.0], [1], 2),
-                     lrs=[0.003, 0.01], paper_noise=arm)
+                     lrs=[0.003, 0.01], arms=[Arm(PAPER_NOISE, "paper_noise", arm), Arm(NOISE_CONTROL, "noise_control", control)])
     rep = run_plan(ExperimentContext(out_dir=tmp_path, quick=True, data_root=tmp_path), plan)
     assert set(rep.extra["accuracy"]) == {"local", "fedavg", "mr_mtl(lam=1)", "ditto(lam=1)"}
     assert {lr for by_eps in rep.extra["lrs"].values() for lr in by_eps.values()} <= {0.003, 0.01}
     lr_settings = [r.setting for r in rep.rows if r.metric == "learning rate tuned per method (tuning seed, not reported)"]
-    assert lr_settings == ["eps=8", "eps=inf", "paper noise-to-signal, eps=8", "paper noise-to-signal, eps=inf"]
+    assert lr_settings == ["eps=8", "eps=inf", "paper noise-to-signal, eps=8", "paper noise-to-signal, eps=inf",
+                           "noise control (batch 10), eps=8"]
     assert (tmp_path / "runs" / "lr0.003" / "local_eps8_seed0").is_dir()  # the tuning seed's run
     assert [r.metric for r in rep.rows if r.metric.startswith("Ditto")] == [
         "Ditto's best lambda under DP vs without DP", "Ditto(lambda*=1) vs MR-MTL(lambda*=1)"]
     assert (tmp_path / "cifar_silos.png").stat().st_size > 10_000
-    # the paper-noise arm: its own runs, rows and figure
+    # the arms: their own runs, rows and figures
     assert set(rep.extra["paper_noise"]["accuracy"]) == {"local", "fedavg", "mr_mtl(lam=1)"}
     assert (tmp_path / "runs" / "paper_noise" / "lr0.01" / "fedavg_eps8_seed1").is_dir()
-    assert [r.setting for r in rep.rows if r.metric.startswith("per-silo DP-SGD noise-to-signal")] == ["eps=8"]
+    assert (tmp_path / "runs" / "noise_control" / "lr0.01" / "mr_mtl(lam=1)_eps8_seed1").is_dir()
+    (ratios,) = [r for r in rep.rows if r.metric.startswith("per-silo DP-SGD noise-to-signal")]
+    assert ratios.setting == "eps=8" and ratios.measured.count("(B=") == 3  # main, arm, control
     assert sum(r.setting.startswith("paper noise-to-signal, eps=") and r.metric.startswith("MR-MTL(best lambda)")
                for r in rep.rows) == 2
+    assert sum(r.metric == "MR-MTL(best lambda) minus FedAvg on the same silos, batch 2 vs batch 1 (only the "
+               "noise-to-signal changes)" for r in rep.rows) == 1
     assert (tmp_path / "cifar_silos_paper_noise.png").stat().st_size > 10_000
+    assert (tmp_path / "cifar_silos_noise_control.png").stat().st_size > 10_000
 
 
 def rdp_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
@@ -64,7 +72,7 @@ def test_noise_to_signal_is_the_calibrated_sigma_times_sqrt_d_over_b():
 
 def test_noise_cause_rows_on_fixed_numbers():
     study = cifar_study([8.0, math.inf], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[])
-    task = cifar_task(CifarPlan(study=study, paper_noise=None))
+    task = cifar_task(CifarPlan(study=study, arms=[]))
     main = {"local": {"8": [0.40, 0.42], "inf": [0.8, 0.8]}, "fedavg": {"8": [0.70, 0.74], "inf": [0.9, 0.9]},
             "mr_mtl(lam=1)": {"8": [0.50, 0.56], "inf": [0.9, 0.9]}, "mr_mtl(lam=10)": {"8": [0.45, 0.47], "inf": [0.9, 0.9]}}
     turned = {"local": {"8": [0.90, 0.91], "inf": [0.95, 0.95]}, "fedavg": {"8": [0.85, 0.86], "inf": [0.92, 0.92]},
@@ -145,10 +153,26 @@ def test_misses_say_whether_the_lambda_grid_can_be_the_cause():
 
 def test_dp_cost_rows_on_fixed_numbers():
     study = cifar_study([8.0, math.inf], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[])
-    task = cifar_task(CifarPlan(study=study, paper_noise=None))
+    task = cifar_task(CifarPlan(study=study, arms=[]))
     results = {"local": {"8": [0.40, 0.42], "inf": [0.80, 0.80]}, "fedavg": {"8": [0.70, 0.74], "inf": [0.90, 0.90]},
                "mr_mtl(lam=1)": {"8": [0.50, 0.56], "inf": [0.88, 0.88]}, "mr_mtl(lam=10)": {"8": [0.45, 0.47], "inf": [0.91, 0.91]}}
     (row,) = dp_cost_rows(results, study, task, setting="arm")
     # local 0.41 - 0.80; fedavg 0.72 - 0.90; MR-MTL: lambda 1 at eps 8 (0.53) minus lambda 10 without DP (0.91)
     assert row.setting == "arm, eps=8" and row.measured == "local -0.390, fedavg -0.180, mr_mtl -0.380"
     assert dp_cost_rows(results, cifar_study([8.0], [1.0, 10.0], [1, 2], 50, ditto_lambdas=[]), task) == []
+
+
+def test_noise_control_verdicts_on_fixed_numbers():
+    study = cifar_study([8.0], [1.0], [1, 2], 50, ditto_lambdas=[])
+    arms = {PAPER_NOISE: Arm(PAPER_NOISE, "paper_noise", CifarPlan(batch_size=50, study=study, arms=[])),
+            NOISE_CONTROL: Arm(NOISE_CONTROL, "noise_control", CifarPlan(batch_size=10, study=study, arms=[]))}
+    task = cifar_task(CifarPlan(study=study, arms=[]))
+    wins = ArmResults({"local": {"8": [0.90, 0.91]}, "fedavg": {"8": [0.85, 0.86]}, "mr_mtl(lam=1)": {"8": [0.92, 0.94]}}, {})
+    loses = ArmResults({"local": {"8": [0.70, 0.71]}, "fedavg": {"8": [0.80, 0.82]}, "mr_mtl(lam=1)": {"8": [0.75, 0.75]}}, {})
+    (row,) = noise_control_rows(wins, loses, arms, task)
+    # batch 50: 0.92 - 0.85, 0.94 - 0.86 (+0.075 ± 0.005); batch 10: 0.75 - 0.80, 0.75 - 0.82 (-0.06 ± 0.01)
+    assert row.measured == ("batch 50: lambda*=1 vs fedavg +0.07500 ± 0.00500 s.e. (beyond 2 s.e.); "
+                            "batch 10: lambda*=1 vs fedavg -0.06000 ± 0.01000 s.e. (beyond 2 s.e.)")
+    assert row.verdict.startswith("noise alone turns it")
+    assert noise_control_rows(wins, wins, arms, task)[0].verdict.startswith("noise alone does not turn it")
+    assert noise_control_rows(loses, loses, arms, task)[0].verdict.startswith("no test")

@@ -14,10 +14,12 @@ Claims checked:
 - Fig. G.4: Ditto's best lambda is larger under privacy, but its utility at that lambda
   is below MR-MTL's (its second training per round costs noise; claim 8).
 
-A second arm reruns Fig. 1.3(d) at the paper's per-silo DP noise-to-signal ratio (see
-:func:`noise_to_signal`): the main stand-in's silos hold ~160 training rows, so keeping the
-paper's sampling rate means batch 10 where the paper's is 100, and its MLP has 4.6x the
-ConvNet's parameters; both make each silo's DP-SGD step 11-13x noisier than the paper's.
+Two more arms test why FedAvg wins under DP. The main stand-in's silos hold ~160 training
+rows, so keeping the paper's sampling rate means batch 10 where the paper's is 100, and its
+MLP has 4.6x the ConvNet's parameters: each silo's DP-SGD step is 11-13x noisier than the
+paper's (:func:`noise_to_signal`). The "paper noise-to-signal" arm reruns Fig. 1.3(d) at
+the paper's ratio (5x the rows at 5x the batch, a 16-unit MLP); its "noise control" reruns
+the arm's silos at batch 10, which changes only the noise-to-signal (3x).
 """
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ MLP = {"name": "mlp", "options": {"hidden": [64]}}
 SMALL_MLP = {"name": "mlp", "options": {"hidden": [16]}}  # 49,338 parameters, near the paper's ConvNet
 INTRA_CLASS, PIXEL_NOISE = 3.0, 1.5  # per-silo logistic regression scores ~0.7: hard, as CIFAR-10 is
 CONVNET = {"name": "convnet"}  # the paper's ConvNet (42,442 parameters at 32x32x3)
-PAPER_NOISE_DIR = "paper_noise"  # the second arm's runs, under the experiment's runs folder
 # the paper's per-silo DP-SGD (spec 002 §5): ConvNet, ~1,670 training rows per silo, batch 100, 200 one-epoch rounds
 PAPER_PARAMS, PAPER_ROWS, PAPER_BATCH, PAPER_ROUNDS = 42_442, 1_670, 100, 200
 
@@ -67,20 +68,43 @@ class CifarPlan:
                                                                     ditto_lambdas=[0.1, 1.0]))
     lrs: list[float] = field(default_factory=lambda: [0.0003, 0.001, 0.003, 0.01, 0.03])  # tuned per method and epsilon
     tune_seeds: list[int] = field(default_factory=lambda: [0])  # their runs pick the lr and are not reported
-    paper_noise: "CifarPlan | None" = field(default_factory=lambda: paper_noise_plan())  # the second arm
+    arms: "list[Arm]" = field(default_factory=lambda: [paper_noise_arm(), noise_control_arm()])
 
 
-def paper_noise_plan() -> CifarPlan:
-    """The arm at the paper's noise-to-signal: 5x the rows per silo (~800 training rows), so
-    that batch 50 keeps the sampling rate, and a 16-unit MLP (49k parameters) for the
+@dataclass
+class Arm:
+    """A variant of the study run beside the main one: ``name`` is its setting column, its
+    runs live in ``folder`` under the experiment's runs folder."""
+
+    name: str
+    folder: str
+    plan: CifarPlan
+
+
+PAPER_NOISE, NOISE_CONTROL = "paper noise-to-signal", "noise control (batch 10)"
+
+
+def paper_noise_arm() -> Arm:
+    """The study at the paper's noise-to-signal: 5x the rows per silo (~800 training rows),
+    so that batch 50 keeps the sampling rate, and a 16-unit MLP (49k parameters) for the
     64-unit one (197k); Local, FedAvg and MR-MTL only."""
-    return CifarPlan(samples_per_class=3000, batch_size=50, model=dict(SMALL_MLP),
-                     study=cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0, 10.0], [1, 2], 50, ditto_lambdas=[]),
-                     lrs=[0.001, 0.003, 0.01], paper_noise=None)
+    return Arm(PAPER_NOISE, "paper_noise", CifarPlan(
+        samples_per_class=3000, batch_size=50, model=dict(SMALL_MLP), lrs=[0.001, 0.003, 0.01], arms=[],
+        study=cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0, 10.0], [1, 2], 50, ditto_lambdas=[])))
+
+
+def noise_control_arm() -> Arm:
+    """The paper-noise arm's silos and model at batch 10: the sampling rate falls 5x (so
+    sigma falls too) and the noise-to-signal rises 3x; nothing else changes but the number
+    of steps per epoch. At epsilon 8 with the arm's best lambda there (1)."""
+    arm = paper_noise_arm().plan
+    return Arm(NOISE_CONTROL, "noise_control", CifarPlan(
+        samples_per_class=arm.samples_per_class, batch_size=10, model=arm.model, lrs=[0.001, 0.003], arms=[],
+        study=cifar_study([8.0], [1.0], [1, 2], 50, ditto_lambdas=[])))
 
 
 def quick_plan() -> CifarPlan:
-    return CifarPlan(study=cifar_study([8.0, NON_PRIVATE], [1.0], [1], 3), lrs=[0.003, 0.01], paper_noise=None)
+    return CifarPlan(study=cifar_study([8.0, NON_PRIVATE], [1.0], [1], 3), lrs=[0.003, 0.01], arms=[])
 
 
 def cifar_task(plan: CifarPlan) -> SiloTask:
@@ -129,18 +153,19 @@ def plan_noise_to_signal(plan: CifarPlan, epsilon: float) -> float:
     return noise_to_signal(epsilon, silo_train_rows(plan), plan.batch_size, plan.study.rounds, model_params(plan))
 
 
-def noise_rows(plan: CifarPlan, arm: CifarPlan) -> list[ResultRow]:
-    """Per private epsilon: each silo's DP-SGD noise-to-signal in the main stand-in, in the
-    paper-noise arm, and in the paper's setting (ConvNet, ~1,670 rows, batch 100, 200 rounds)."""
+def noise_rows(plan: CifarPlan) -> list[ResultRow]:
+    """Per private epsilon: each silo's DP-SGD noise-to-signal in the main stand-in and in
+    each arm run at that epsilon, beside the paper's (ConvNet, ~1,670 rows, batch 100, 200 rounds)."""
     rows = []
-    for eps in (e for e in arm.study.epsilons if e != NON_PRIVATE):
+    for eps in (e for e in plan.study.epsilons if e != NON_PRIVATE):
         paper = noise_to_signal(eps, PAPER_ROWS, PAPER_BATCH, PAPER_ROUNDS, PAPER_PARAMS)
-        main, ours = plan_noise_to_signal(plan, eps), plan_noise_to_signal(arm, eps)
+        ratios = {"main stand-in": plan, **{arm.name: arm.plan for arm in plan.arms if eps in arm.plan.study.epsilons}}
         rows.append(ResultRow(
             f"eps={eps_label(eps)}", "per-silo DP-SGD noise-to-signal, sigma sqrt(d) / B",
-            f"main stand-in {main:.1f} (B={plan.batch_size}, d={model_params(plan):,}); paper-noise arm {ours:.1f} "
-            f"(B={arm.batch_size}, d={model_params(arm):,})", f"{paper:.1f} (the paper's setting)",
-            f"main {main / paper:.1f}x the paper's; arm {ours / paper:.1f}x",
+            "; ".join(f"{name} {plan_noise_to_signal(p, eps):.1f} (B={p.batch_size}, n={silo_train_rows(p)}, "
+                      f"d={model_params(p):,})" for name, p in ratios.items()),
+            f"{paper:.1f} (the paper's setting)",
+            "; ".join(f"{name} {plan_noise_to_signal(p, eps) / paper:.1f}x the paper's" for name, p in ratios.items()),
         ))
     return rows
 
@@ -190,16 +215,18 @@ def misses_explained(results: Results, study: SiloStudy) -> list[str]:
     return notes
 
 
-ARM = "paper noise-to-signal"  # the second arm's setting column
-ARM_FIGURE = "cifar_silos_paper_noise.png"
-
-
 @dataclass
 class ArmResults:
-    """The paper-noise arm's scores and tuned learning rates."""
+    """An arm's scores and tuned learning rates."""
 
     scores: Results
     lrs: LearningRates
+
+
+def mrmtl_minus_fedavg(scores: Results, study: SiloStudy, task: SiloTask, e: str) -> tuple[float, tuple[float, float]]:
+    """MR-MTL's best lambda at ``e`` and its paired gap to FedAvg (mean, s.e.)."""
+    lam = best_lambda(scores, study, task, e)
+    return lam, paired_gap(scores[mr_mtl_label(lam)][e], scores["fedavg"][e])
 
 
 def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_study: SiloStudy,
@@ -210,8 +237,7 @@ def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_st
     is the cause when the arm turns the gap (MR-MTL at or above FedAvg)."""
 
     def gap(scores: Results, s: SiloStudy, e: str) -> tuple[float, tuple[float, float]]:
-        lam = best_lambda(scores, s, task, e)
-        return lam, paired_gap(scores[mr_mtl_label(lam)][e], scores["fedavg"][e])
+        return mrmtl_minus_fedavg(scores, s, task, e)
 
     both_free = NON_PRIVATE in study.epsilons and NON_PRIVATE in arm_study.epsilons
     free = f"; without DP: main {gap(results, study, 'inf')[1][0]:+.4f}, arm {gap(arm.scores, arm_study, 'inf')[1][0]:+.4f}" \
@@ -254,18 +280,43 @@ def dp_cost_rows(results: Results, study: SiloStudy, task: SiloTask, setting: st
     return rows
 
 
-def arm_rows(plan: CifarPlan, arm: ArmResults, task: SiloTask) -> list[ResultRow]:
-    """The paper-noise arm's scores, tuned rates and the Fig. 1.3(d) verdicts."""
-    study = plan.study
-    return (score_rows(arm.scores, study, task, {}, setting=ARM)
-            + lr_rows(arm.lrs, study, setting=ARM, paper="tuned on the test set (the paper)")
-            + beats_both_rows(arm.scores, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)", setting=ARM)
-            + dp_cost_rows(arm.scores, study, task, setting=ARM)
-            + lambda_trend_row(arm.scores, study, task, setting=f"{ARM}, lambda sweep"))
+def noise_control_rows(paper: ArmResults, control: ArmResults, arms: dict[str, Arm], task: SiloTask) -> list[ResultRow]:
+    """At each epsilon of the noise control: MR-MTL(best lambda) minus FedAvg on the same
+    silos at the paper-noise arm's batch and at the control's. Noise alone is the cause
+    when the control turns MR-MTL's win into a loss."""
+    at_paper, at_control = arms[PAPER_NOISE].plan, arms[NOISE_CONTROL].plan
+    rows = []
+    for e in (eps_label(x) for x in at_control.study.epsilons):
+        (lam_p, gap_p), (lam_c, gap_c) = (mrmtl_minus_fedavg(paper.scores, at_paper.study, task, e),
+                                          mrmtl_minus_fedavg(control.scores, at_control.study, task, e))
+        verdict = ("no test: FedAvg already wins at the larger batch" if gap_p[0] < 0 else
+                   "noise alone turns it: on the same silos FedAvg wins once the noise-to-signal is 3x" if gap_c[0] < 0
+                   else "noise alone does not turn it: MR-MTL stays at or above FedAvg at 3x the noise-to-signal")
+        rows.append(ResultRow(
+            f"eps={e}", f"MR-MTL(best lambda) minus FedAvg on the same silos, batch {at_paper.batch_size} vs batch "
+            f"{at_control.batch_size} (only the noise-to-signal changes)",
+            f"batch {at_paper.batch_size}: lambda*={lam_p:g} {gap_text('fedavg', gap_p)}; batch {at_control.batch_size}: "
+            f"lambda*={lam_c:g} {gap_text('fedavg', gap_c)}", "", verdict,
+        ))
+    return rows
+
+
+def arm_rows(arm: Arm, res: ArmResults, task: SiloTask) -> list[ResultRow]:
+    """An arm's scores, tuned rates and the Fig. 1.3(d) verdicts."""
+    study, name = arm.plan.study, arm.name
+    return (score_rows(res.scores, study, task, {}, setting=name)
+            + lr_rows(res.lrs, study, setting=name, paper="tuned on the test set (the paper)")
+            + beats_both_rows(res.scores, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)", setting=name)
+            + dp_cost_rows(res.scores, study, task, setting=name)
+            + lambda_trend_row(res.scores, study, task, setting=f"{name}, lambda sweep"))
+
+
+def arm_figure(arm: Arm) -> str:
+    return f"cifar_silos_{arm.folder}.png"
 
 
 def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask, quick: bool,
-           arm: ArmResults | None = None) -> ExperimentReport:
+           arm_results: dict[str, ArmResults] | None = None) -> ExperimentReport:
     study = plan.study
     rows = score_rows(results, study, task, {})
     rows += lr_rows(lrs, study, paper="tuned on the test set (the paper)")
@@ -273,10 +324,16 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     rows += lambda_trend_row(results, study, task)
     rows += ditto_rows(results, study, task)
     rows += dp_cost_rows(results, study, task)
-    if arm is not None and plan.paper_noise is not None:
-        rows += noise_rows(plan, plan.paper_noise)
-        rows += arm_rows(plan.paper_noise, arm, task)
-        rows += noise_cause_rows(results, arm, study, plan.paper_noise.study, task)
+    arm_results = arm_results or {}
+    arms = {arm.name: arm for arm in plan.arms if arm.name in arm_results}
+    if arms:
+        rows += noise_rows(plan)
+    for name, arm in arms.items():
+        rows += arm_rows(arm, arm_results[name], task)
+    if PAPER_NOISE in arms:
+        rows += noise_cause_rows(results, arm_results[PAPER_NOISE], study, arms[PAPER_NOISE].plan.study, task)
+        if NOISE_CONTROL in arms:
+            rows += noise_control_rows(arm_results[PAPER_NOISE], arm_results[NOISE_CONTROL], arms, task)
     notes = [
         f"SYNTHETIC stand-in for CIFAR-10 (multidomain_synthetic: one domain, 10 classes, {plan.samples_per_class} "
         f"images per class at 32x32x3, within-class field {INTRA_CLASS:g}, pixel noise {PIXEL_NOISE:g}, raw pixels); "
@@ -292,19 +349,22 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     notes += misses_explained(results, study)
     extra = {"accuracy": results, "lrs": lrs, "model": plan.model, "study": study_record(study)}
     figures = ["cifar_silos.png"]
-    if arm is not None and plan.paper_noise is not None:
-        a = plan.paper_noise
+    for name, arm in arms.items():
+        a, res = arm.plan, arm_results[name]
         notes.append(
-            f"{ARM} arm: the same stand-in with {a.samples_per_class} images per class (~{silo_train_rows(a)} training rows "
-            f"per silo), batch {a.batch_size} (the same sampling rate), model {a.model}, lr tuned over {a.lrs} on seed "
-            f"{a.tune_seeds}, reported seeds {a.study.seeds}, MR-MTL lambdas {a.study.lambdas}, no Ditto; more rows per "
-            "silo also help Local without DP, so the arm's no-DP cell says how much of the change is data, not noise"
+            f"{name} arm: the same stand-in with {a.samples_per_class} images per class (~{silo_train_rows(a)} training "
+            f"rows per silo), batch {a.batch_size}, model {a.model}, epsilons {[eps_label(e) for e in a.study.epsilons]}, "
+            f"lr tuned over {a.lrs} on seed {a.tune_seeds}, reported seeds {a.study.seeds}, MR-MTL lambdas "
+            f"{a.study.lambdas}, no Ditto"
         )
-        notes += [f"{ARM}: {note}" for note in lr_edge_notes(arm.lrs, a.lrs)]
-        extra["paper_noise"] = {"accuracy": arm.scores, "lrs": arm.lrs, "model": a.model, "study": study_record(a.study)}
-        figures.append(ARM_FIGURE)
+        notes += [f"{name}: {note}" for note in lr_edge_notes(res.lrs, a.lrs)]
+        extra[arm.folder] = {"accuracy": res.scores, "lrs": res.lrs, "model": a.model, "study": study_record(a.study)}
+        figures.append(arm_figure(arm))
+    if PAPER_NOISE in arms:
+        notes.append(f"more rows per silo also help Local without DP: the {PAPER_NOISE} arm's no-DP cell shows how much of "
+                     f"its change is data, not noise, and the {NOISE_CONTROL} arm changes the noise alone")
     if quick:
-        notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP, no paper-noise arm; "
+        notes.append("quick mode: 3 rounds, one seed, one lambda, two learning rates, epsilon 8 and no DP, no arms; "
                      "not comparable to the paper")
     return ExperimentReport(
         title="MR-MTL and Ditto on heterogeneous CIFAR-10 silos (SYNTHETIC 32x32 stand-in)",
@@ -326,11 +386,11 @@ def run_plan(ctx: ExperimentContext, plan: CifarPlan) -> ExperimentReport:
     results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, task, plan.lrs, plan.tune_seeds, desc="CIFAR-10 stand-in")
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(results, plan.study, task, ctx.out_dir / "cifar_silos.png", "CIFAR-10 stand-in")
-    arm = None
-    if plan.paper_noise is not None:
-        a = plan.paper_noise
-        scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / PAPER_NOISE_DIR, a.study, cifar_task(a), a.lrs,
-                                            a.tune_seeds, desc=f"CIFAR-10 stand-in, {ARM}")
-        arm = ArmResults(scores, arm_lrs)
-        plot_study(scores, a.study, task, ctx.out_dir / ARM_FIGURE, f"CIFAR-10 stand-in, {ARM}")
-    return report(results, lrs, plan, task, ctx.quick, arm)
+    arm_results = {}
+    for arm in plan.arms:
+        a = arm.plan
+        scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / arm.folder, a.study, cifar_task(a), a.lrs, a.tune_seeds,
+                                            desc=f"CIFAR-10 stand-in, {arm.name}")
+        arm_results[arm.name] = ArmResults(scores, arm_lrs)
+        plot_study(scores, a.study, task, ctx.out_dir / arm_figure(arm), f"CIFAR-10 stand-in, {arm.name}")
+    return report(results, lrs, plan, task, ctx.quick, arm_results)
