@@ -89,7 +89,7 @@ def paper_noise_arm() -> Arm:
     so that batch 50 keeps the sampling rate, and a 16-unit MLP (49k parameters) for the
     64-unit one (197k); Local, FedAvg and MR-MTL only."""
     return Arm(PAPER_NOISE, "paper_noise", CifarPlan(
-        samples_per_class=3000, batch_size=50, model=dict(SMALL_MLP), lrs=[0.001, 0.003, 0.01], arms=[],
+        samples_per_class=3000, batch_size=50, model=dict(SMALL_MLP), lrs=[0.001, 0.003, 0.01, 0.03], arms=[],
         study=cifar_study([2.0, 8.0, NON_PRIVATE], [0.1, 1.0, 10.0], [1, 2], 50, ditto_lambdas=[])))
 
 
