@@ -84,8 +84,11 @@ def test_noise_cause_rows_on_fixed_numbers():
                             "arm (lambda*=1) vs fedavg +0.07500 ± 0.00500 s.e. (beyond 2 s.e.); "
                             "without DP: main +0.0000, arm +0.0200")
     assert row.verdict.startswith("the cause is each silo's DP noise-to-signal")
-    still = {**turned, "fedavg": {"8": [0.95, 0.96], "inf": [0.92, 0.92]}}
+    still = {**turned, "fedavg": {"8": [0.95, 0.96], "inf": [0.92, 0.92]}}  # arm: -0.03, -0.02
     (row,) = noise_cause_rows(main, ArmResults(still, {}), study, study, task)
+    assert row.verdict.startswith("partly the noise-to-signal: at the paper's ratio the gap narrows (-0.190 -> -0.025)")
+    wider = {**turned, "fedavg": {"8": [1.13, 1.14], "inf": [0.92, 0.92]}}  # arm: -0.21, -0.20
+    (row,) = noise_cause_rows(main, ArmResults(wider, {}), study, study, task)
     assert row.verdict.startswith("not the noise-to-signal")
     assert noise_cause_rows(turned, ArmResults(turned, {}), study, study, task) == []  # no miss, nothing to explain
 
@@ -175,4 +178,6 @@ def test_noise_control_verdicts_on_fixed_numbers():
                             "batch 10: lambda*=1 vs fedavg -0.06000 ± 0.01000 s.e. (beyond 2 s.e.)")
     assert row.verdict.startswith("noise alone turns it")
     assert noise_control_rows(wins, wins, arms, task)[0].verdict.startswith("noise alone does not turn it")
+    tied = ArmResults({**loses.scores, "fedavg": {"8": [0.76, 0.75]}}, {})  # -0.01, 0.00: within 2 s.e.
+    assert noise_control_rows(wins, tied, arms, task)[0].verdict.startswith("noise alone erases MR-MTL's lead")
     assert noise_control_rows(loses, loses, arms, task)[0].verdict.startswith("no test")
