@@ -159,13 +159,14 @@ def noise_rows(plan: CifarPlan) -> list[ResultRow]:
     rows = []
     for eps in (e for e in plan.study.epsilons if e != NON_PRIVATE):
         paper = noise_to_signal(eps, PAPER_ROWS, PAPER_BATCH, PAPER_ROUNDS, PAPER_PARAMS)
-        ratios = {"main stand-in": plan, **{arm.name: arm.plan for arm in plan.arms if eps in arm.plan.study.epsilons}}
+        plans = {"main stand-in": plan, **{arm.name: arm.plan for arm in plan.arms if eps in arm.plan.study.epsilons}}
+        ratios = {name: plan_noise_to_signal(p, eps) for name, p in plans.items()}
         rows.append(ResultRow(
             f"eps={eps_label(eps)}", "per-silo DP-SGD noise-to-signal, sigma sqrt(d) / B",
-            "; ".join(f"{name} {plan_noise_to_signal(p, eps):.1f} (B={p.batch_size}, n={silo_train_rows(p)}, "
-                      f"d={model_params(p):,})" for name, p in ratios.items()),
+            "; ".join(f"{name} {ratios[name]:.1f} (B={p.batch_size}, n={silo_train_rows(p)}, d={model_params(p):,})"
+                      for name, p in plans.items()),
             f"{paper:.1f} (the paper's setting)",
-            "; ".join(f"{name} {plan_noise_to_signal(p, eps) / paper:.1f}x the paper's" for name, p in ratios.items()),
+            "; ".join(f"{name} {ratio / paper:.1f}x the paper's" for name, ratio in ratios.items()),
         ))
     return rows
 
@@ -236,16 +237,16 @@ def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_st
     without DP (what the arm's larger silos change with no noise at all). The noise-to-signal
     is the cause when the arm turns the gap (MR-MTL at or above FedAvg), part of it when the
     arm only narrows it."""
+    def gaps(e: str) -> tuple[tuple[float, tuple[float, float]], tuple[float, tuple[float, float]]]:
+        return mrmtl_minus_fedavg(results, study, task, e), mrmtl_minus_fedavg(arm.scores, arm_study, task, e)
 
-    def gap(scores: Results, s: SiloStudy, e: str) -> tuple[float, tuple[float, float]]:
-        return mrmtl_minus_fedavg(scores, s, task, e)
-
-    both_free = NON_PRIVATE in study.epsilons and NON_PRIVATE in arm_study.epsilons
-    free = f"; without DP: main {gap(results, study, 'inf')[1][0]:+.4f}, arm {gap(arm.scores, arm_study, 'inf')[1][0]:+.4f}" \
-        if both_free else ""
+    free = ""
+    if NON_PRIVATE in study.epsilons and NON_PRIVATE in arm_study.epsilons:
+        (_, (main_free, _)), (_, (arm_free, _)) = gaps("inf")
+        free = f"; without DP: main {main_free:+.4f}, arm {arm_free:+.4f}"
     rows = []
     for e in (eps_label(x) for x in study.epsilons if x != NON_PRIVATE and x in arm_study.epsilons):
-        (main_lam, main_gap), (arm_lam, arm_gap) = gap(results, study, e), gap(arm.scores, arm_study, e)
+        (main_lam, main_gap), (arm_lam, arm_gap) = gaps(e)
         if main_gap[0] >= 0:
             continue
         rows.append(ResultRow(

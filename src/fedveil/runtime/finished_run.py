@@ -16,6 +16,18 @@ from .run_dir import CHECKPOINT_FILE, CLIENT_STATES_DIR, CONFIG_FILE, read_json
 from .simulation import Simulation
 
 
+def saved_simulation(run_dir: str | Path, data_root: str | None = None) -> Simulation:
+    """The run's :class:`Simulation` rebuilt from its ``config.json`` (``data_root`` overrides
+    where its data set lives)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"'{run_dir}' is not a fedveil run (no {CONFIG_FILE})")
+    raw = read_json(run_dir / CONFIG_FILE)
+    if data_root is not None:
+        raw["data"]["root"] = data_root
+    return Simulation.from_config(validate(raw))
+
+
 def final_checkpoint(run_dir: str | Path) -> dict:
     """The last checkpoint of ``run_dir`` with every client's state loaded (the disk store
     keeps them in ``client_states/``); a clear error where the run has none."""
@@ -45,13 +57,7 @@ class FinishedRun:
     def load(cls, run_dir: str | Path, data_root: str | None = None) -> "FinishedRun":
         """Read ``run_dir`` (``data_root`` overrides where its data set lives); refused with one
         line if the run stopped before its last round."""
-        run_dir = Path(run_dir)
-        if not (run_dir / CONFIG_FILE).is_file():
-            raise ConfigError(f"'{run_dir}' is not a fedveil run (no {CONFIG_FILE})")
-        raw = read_json(run_dir / CONFIG_FILE)
-        if data_root is not None:
-            raw["data"]["root"] = data_root
-        sim = Simulation.from_config(validate(raw))
+        sim = saved_simulation(run_dir, data_root)
         checkpoint = final_checkpoint(run_dir)
         rounds = sim.config.federation.rounds
         if checkpoint["round"] != rounds:
@@ -74,4 +80,4 @@ class FinishedRun:
         )
 
 
-__all__ = ["FinishedRun", "final_checkpoint"]
+__all__ = ["FinishedRun", "final_checkpoint", "saved_simulation"]

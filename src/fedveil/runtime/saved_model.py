@@ -7,7 +7,6 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import validate
 from ..data.arrays import ArrayDataset
 from ..errors import ConfigError
 from ..models.complexity import count_macs, count_params
@@ -17,8 +16,8 @@ from ..seeding import torch_generator
 from ..training.adversarial import PGD
 from .evaluation import evaluate
 from .initial_model import initial_params
-from .finished_run import final_checkpoint
-from .run_dir import CONFIG_FILE, MODEL_FILE, read_json
+from .finished_run import final_checkpoint, saved_simulation
+from .run_dir import CONFIG_FILE, MODEL_FILE
 from .simulation import Simulation
 
 
@@ -27,10 +26,7 @@ def load_saved_run(run_dir: str | Path, data_root: str | None = None) -> tuple[S
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / MODEL_FILE).is_file():
         raise ConfigError(f"'{run_dir}' is not a finished fedveil run with a global model (needs {CONFIG_FILE} and {MODEL_FILE})")
-    raw = read_json(run_dir / CONFIG_FILE)
-    if data_root is not None:
-        raw["data"]["root"] = data_root
-    sim = Simulation.from_config(validate(raw))
+    sim = saved_simulation(run_dir, data_root)
     return sim, initial_params(sim.init, str(run_dir), [])
 
 
