@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from fedveil.config import ConfigError, validate
-from fedveil.runtime import Callback, Simulation, run
+from fedveil.runtime import Simulation, run
 from fedveil.runtime.client_store import DiskClientStore, compact, make_client_store
 from fedveil.runtime.run_dir import RunDirError
-from tiny_runs import assert_same_state, load_checkpoint, read_json, rows_of, tiny_config, tiny_raw, without_wall_clock
+from tiny_runs import KillAfterRound, Killed, assert_same_state, load_checkpoint, read_json, rows_of, tiny_config, tiny_raw, without_wall_clock
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -22,19 +22,6 @@ CASES = {
 }
 
 
-class Killed(Exception):
-    pass
-
-
-class KillAfterRound(Callback):
-    """Raises once round ``at`` is logged: the process dies before the next checkpoint."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_round_end(self, row):
-        if row["round"] == self.at:
-            raise Killed(f"killed after round {self.at}")
 
 
 def config_for(case: str, backend: str):

@@ -38,7 +38,7 @@ from fedveil.runtime.device import federated_to, resolve_device, tensors_of
 from fedveil.runtime.recorder import DirectoryRecorder
 from fedveil.runtime.run_dir import RunDirectory
 from fedveil.runtime.client_store import DiskClientStore
-from tiny_runs import read_json, tiny_config, without_wall_clock
+from tiny_runs import KillAfterRound, Killed, read_json, rows_of, tiny_config, without_wall_clock
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -352,6 +352,7 @@ def test_the_scan_finds_what_it_should(tmp_path):
     assert any("torch.zeros" in p for p in problems) and any(".cpu()" in p for p in problems)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("executor", ["serial", "vectorized"])
 def test_a_cuda_run_keeps_everything_on_the_gpu_and_agrees_with_the_cpu(executor):
@@ -364,3 +365,17 @@ def test_a_cuda_run_keeps_everything_on_the_gpu_and_agrees_with_the_cpu(executor
     assert summary["global_test_accuracy"] == pytest.approx(cpu["global_test_accuracy"], abs=0.05)
     assert_all_on(sim.data, sim.device, "data")
     assert_all_on(recorder.load_checkpoint(sim.device)["server"], sim.device, "server state")
+
+
+def test_a_run_resumes_with_another_device_setting(tmp_path):
+    """``device`` says where a run computes, not what: a run started with ``device = "cpu"``
+    (on a GPU machine: ``"cuda"``) resumes with another setting, and here, where both resolve
+    to the CPU, ends with the uninterrupted run's numbers. (Found by the GPU check: a run
+    started with ``device=cuda`` could not be resumed with ``device=cpu``.)"""
+    sections = {"federation": {"rounds": 4}, "checkpoint": {"every": 2}, "privacy": DP}
+    full = run(tiny_config(device="cpu", **sections), tmp_path / "full", progress=False)
+    with pytest.raises(Killed):
+        Simulation.from_config(tiny_config(device="cpu", **sections), [KillAfterRound(3)]).run(tmp_path / "cut")
+    resumed = run(tiny_config(device="auto", **sections), tmp_path / "cut", resume=True, progress=False)
+    assert without_wall_clock(resumed) == without_wall_clock(full)
+    assert without_wall_clock(rows_of(tmp_path / "cut")) == without_wall_clock(rows_of(tmp_path / "full"))

@@ -22,10 +22,10 @@ from fedveil.data.arrays import ArrayDataset
 from fedveil.models import build_model
 from fedveil.privacy import epsilon
 from fedveil.privacy.dp_sgd import ExampleDP
-from fedveil.runtime import Callback, Simulation, run
+from fedveil.runtime import Simulation, run
 from fedveil.training.local import LocalTrainer, task_loss
 from fedveil.runtime.sampling import client_schedule
-from tiny_runs import assert_same_state, load_checkpoint, merge, read_json, rows_of, tiny_config, without_wall_clock
+from tiny_runs import KillAfterRound, Killed, assert_same_state, load_checkpoint, merge, read_json, rows_of, tiny_config, without_wall_clock
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -280,17 +280,6 @@ def test_dp_trainer_counts_steps_across_calls():
 ROUNDS, EVERY, KILL_AT = 6, 2, 3
 
 
-class Killed(Exception):
-    pass
-
-
-class KillAfterRound(Callback):
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_round_end(self, row):
-        if row["round"] == self.at:
-            raise Killed(f"killed after round {self.at}")
 
 
 RESUME_CASES = {

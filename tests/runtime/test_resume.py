@@ -8,6 +8,8 @@ from fedveil.algorithms import ALGORITHMS
 from fedveil.runtime import Callback, Simulation, run
 from fedveil.runtime.sampling import client_schedule
 from tiny_runs import (
+    KillAfterRound,
+    Killed,
     algorithm_sections,
     assert_same_state,
     load_checkpoint,
@@ -23,19 +25,6 @@ pytestmark = pytest.mark.usefixtures("skip_plots")
 ROUNDS, EVERY, KILL_AT = 6, 2, 3
 
 
-class Killed(Exception):
-    pass
-
-
-class KillAfterRound(Callback):
-    """Raises once round ``at`` has been logged: the process dies before the next checkpoint."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_round_end(self, row):
-        if row["round"] == self.at:
-            raise Killed(f"killed after round {self.at}")
 
 
 class Recorder(Callback):

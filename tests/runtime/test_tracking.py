@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tiny_runs import WALL_CLOCK_KEYS, read_json, rows_of, tiny_config
+from tiny_runs import WALL_CLOCK_KEYS, KillAfterRound, Killed, read_json, rows_of, tiny_config
 
 from fedveil.cli.main import main
 from fedveil.errors import ConfigError
-from fedveil.runtime import Callback, Simulation
+from fedveil.runtime import Simulation
 
 pytestmark = pytest.mark.usefixtures("skip_plots")
 
@@ -110,19 +110,6 @@ def flat_keys(tree, prefix=""):
     for key, value in tree.items():
         keys += flat_keys(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [f"{prefix}{key}"]
     return keys
-
-
-class Killed(Exception):
-    pass
-
-
-class KillAfterRound(Callback):
-    def __init__(self, at):
-        self.at = at
-
-    def on_round_end(self, row):
-        if row["round"] == self.at:
-            raise Killed(f"killed after round {self.at}")
 
 
 def test_resumed_run_continues_the_same_tensorboard_folder_and_mlflow_run(tmp_path):

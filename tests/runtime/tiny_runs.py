@@ -13,6 +13,7 @@ import scipy.io
 import torch
 
 from fedveil.config import RunConfig, validate
+from fedveil.runtime import Callback
 from fedveil.runtime.run_dir import read_metrics
 
 BASE: dict[str, Any] = {
@@ -26,6 +27,21 @@ BASE: dict[str, Any] = {
 }
 
 WALL_CLOCK_KEYS = {"elapsed_s", "wall_time_s"}
+
+
+class Killed(Exception):
+    """What :class:`KillAfterRound` raises: the stand-in for a killed process."""
+
+
+class KillAfterRound(Callback):
+    """Raises once round ``at`` has been logged: the process dies before the next checkpoint."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_round_end(self, row):
+        if row["round"] == self.at:
+            raise Killed(f"killed after round {self.at}")
 
 
 def tiny_distiller(where: Path, options: dict[str, Any] | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import signal
@@ -206,6 +207,7 @@ def run_suite(
     timeout_s: float | None = None,
     echo: Callable[[str], None] | None = print,
     device: str = "auto",
+    budget_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run the quick or full suite (optionally restricted), print a table, write JSON.
 
@@ -213,10 +215,12 @@ def run_suite(
     the suite further; ``threads`` fixes torch's threads in every subprocess (default: 1
     for the quick suite, torch's default for the full one; 0: torch's default); ``device``
     (auto, cpu, cuda, cuda:N) is where every system computes, checked here before any case
-    runs (:class:`~fedveil.errors.ConfigError` for CUDA on a machine without it). Returns one
+    runs (:class:`~fedveil.errors.ConfigError` for CUDA on a machine without it);
+    ``budget_s`` caps the suite's wall time: no case starts once it is spent, none runs past
+    it, and those left are recorded as ``skipped``. Returns one
     record per (workload, system, clients, dp): ``seconds_per_round`` (median of the
     measured rounds), ``peak_mib`` (the subprocess's max RSS), ``tree_peak_mib``,
-    ``status`` (ok, n/a, error, timeout) and ``note``, plus ``ref_speedup``.
+    ``status`` (ok, n/a, error, timeout, skipped) and ``note``, plus ``ref_speedup``.
     """
     timeout_s = timeout_s or (QUICK_TIMEOUT_S if quick else FULL_TIMEOUT_S)
     machine = machine_info(device)  # resolves the device: fails early without CUDA
@@ -224,10 +228,16 @@ def run_suite(
         threads = QUICK_THREADS if quick else None
     planned = suite(quick, systems, workloads, cohorts, rounds, dp, threads or None, device)
     cases = [c for c in planned if baselines.supports(c.system, c.dp)]
-    records = []
+    records, deadline = [], None if budget_s is None else time.monotonic() + budget_s
     for case in cases:
+        left = math.inf if deadline is None else deadline - time.monotonic()
         reason = precheck(case)
-        record = {**case.record(), "status": "n/a", "note": reason} if reason else run_case(case, timeout_s)
+        if reason:
+            record = {**case.record(), "status": "n/a", "note": reason}
+        elif left <= 0:
+            record = {**case.record(), "status": "skipped", "note": f"the suite's budget of {budget_s:.0f} s was spent"}
+        else:
+            record = run_case(case, min(timeout_s, left))
         records.append(record)
         if echo is not None:
             print(_progress(record), file=sys.stderr, flush=True)

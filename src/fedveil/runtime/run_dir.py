@@ -34,11 +34,14 @@ class RunDirError(RuntimeError):
 
 
 # settings that change where a run is reported, not what it computes: a resume may change them
-REPORTING_KEYS = ("log",)
+# Settings that change how a run is reported or where it computes, not what it computes: a
+# resume may change them (a run started on a GPU can finish on the CPU: checkpoints hold CPU
+# tensors; the numbers then differ from an uninterrupted run only by float kernel order).
+REPORTING_KEYS = ("log", "device")
 
 
 def config_fingerprint(config: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of a resolved config, its reporting settings left out."""
+    """SHA-256 of the canonical JSON of a resolved config, its reporting and placement settings left out."""
     kept = {k: v for k, v in config.items() if k not in REPORTING_KEYS}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
