@@ -130,3 +130,21 @@ def test_every_system_runs_on_the_chosen_device_and_records_it(monkeypatch):
     with pytest.raises(ConfigError, match="CUDA is not available"):
         harness.run_suite(True, None, ["plain-loop"], ["tiny"], device="cuda", echo=None)
     assert ran == []
+
+
+def test_a_spent_budget_skips_the_cases_left_and_caps_the_running_one(monkeypatch):
+    """``budget_s``: a case never gets more time than the budget has left, and once it is
+    spent the remaining cases are recorded as skipped without running."""
+    timeouts, clock = [], iter([0.0, 0.0, 3.0, 11.0, 11.0])
+    monkeypatch.setattr(harness.time, "monotonic", lambda: next(clock))
+
+    def fake_run_case(case, timeout_s):
+        timeouts.append(timeout_s)
+        return {**case.record(), "status": "ok", "seconds_per_round": 1.0, "peak_mib": 1.0, "note": ""}
+
+    monkeypatch.setattr(harness, "run_case", fake_run_case)
+    records = harness.run_suite(True, None, ["plain-loop"], ["tiny"], cohorts=[2, 3, 4], echo=None, device="cpu",
+                                timeout_s=60, budget_s=10)
+    assert timeouts == [10.0, 7.0]  # the whole budget, then what is left after 3 s
+    assert [r["status"] for r in records] == ["ok", "ok", "skipped"]
+    assert "budget of 10 s" in records[2]["note"]
