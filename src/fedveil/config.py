@@ -262,8 +262,13 @@ class PrivacyConfig(_Section):
     secure_rng: bool = Field(
         False, description="draw DP noise and the accounted sampling from the OS's secure generator (not replayable)"
     )
+    keep_unnoised: bool = Field(
+        False, description="a DP run also writes what it computed from the private rows without noise, which epsilon "
+        "does not cover (training loss, client-level cohort sizes, per-client row counts, scores and label counts): "
+        "for research only",
+    )
     records_per_person: int = Field(
-        1, ge=1, description="most records one person may own: also report a person-level epsilon (k-fold sensitivity)"
+        1, ge=1, description="most records one person may own: also report a person-level epsilon (exact k-record accounting where known)"
     )
 
     @model_validator(mode="after")

@@ -16,8 +16,9 @@ from fedveil.runtime.simulation import Simulation
 from tests.runtime.tiny_runs import tiny_config
 
 DP = {"level": "example", "epsilon": 3.0, "delta": 1e-5, "clip": 1.0}
+# the silos share their metrics (share=True below); the simulation keeps its un-noised ones to compare
 MR_MTL = dict(algorithm={"name": "mr_mtl", "lam": 0.1}, federation={"rounds": 4, "clients_per_round": 3},
-              checkpoint={"every": 1}, privacy=DP)
+              checkpoint={"every": 1}, privacy={**DP, "keep_unnoised": True})
 
 
 def deployed(config, where: Path, faults=None, share=True):

@@ -1,18 +1,23 @@
-"""Centralised DP-GD / DP-PSGD (Alg. 2.1): clipping, noise scale, momentum, budget stop."""
+"""Centralised DP-GD / DP-PSGD (Alg. 2.1): clipping, noise scale, momentum, budget stop, accounting."""
 import math
+from collections import Counter
 
+import dp_accounting
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from dp_accounting.rdp import RdpAccountant
 from pydantic import ValidationError
 from torch import nn
 
-from fedveil.privacy.dp_gd import DPGDParams, bias_corrected_momentum, train_dp_gd
+from fedveil.privacy import dp_gd
+from fedveil.privacy.dp_gd import DPGDParams, bias_corrected_momentum, calibrated_psgd_schedule, train_dp_gd
+from fedveil.privacy.randomness import SECURE
 from fedveil.privacy.schedules import (
     PredefinedSchedule,
     ValidationPlateauSchedule,
     make_schedule,
-    psgd_budget,
     run_until_exhausted,
 )
 
@@ -56,7 +61,7 @@ def test_without_noise_and_clipping_it_is_plain_full_batch_gd():
     for k in w:
         torch.testing.assert_close(res.params[k], w[k], rtol=0, atol=1e-10)
     assert res.losses[0] > res.losses[-1] and res.stop_reason == "schedule" and res.steps == 20
-    assert res.budget_used == math.inf and res.epsilon == math.inf  # sigma = 0 is not private
+    assert res.rho == math.inf and res.epsilon == math.inf  # sigma = 0 is not private
 
 
 def test_per_example_gradients_are_clipped_to_C():
@@ -129,7 +134,7 @@ def test_uniform_schedule_spends_exactly_the_budget():
     hp = DPGDParams(budget=R, delta=1e-8)
     res = train_dp_gd(model, x, y, bce, make_schedule("uniform", R=R, T=30), hp, torch.Generator().manual_seed(5))
     assert res.steps == 30 and res.stop_reason == "schedule"
-    assert res.budget_used == pytest.approx(R, rel=1e-9)
+    assert res.rho == pytest.approx(R / 2, rel=1e-9)
     assert res.rho == pytest.approx(0.196352, abs=1e-6)
     assert res.epsilon == pytest.approx(4.0, abs=1e-4)
     assert all(a > b for a, b in zip(res.residuals, res.residuals[1:]))
@@ -146,17 +151,117 @@ def test_run_stops_when_the_budget_is_exhausted():
     expected = run_until_exhausted(decaying, R)
     assert res.steps == len(expected) and res.stop_reason == "budget"
     assert res.sigmas == pytest.approx(list(expected))
-    assert res.budget_used <= R * (1 + 1e-9) and 1 / decaying.sigma(res.steps) ** 2 > R - res.budget_used
+    assert 2 * res.rho <= R * (1 + 1e-9) and 1 / decaying.sigma(res.steps) ** 2 > R - 2 * res.rho
 
 
-def test_psgd_batches_cost_p_squared():
+def test_full_batch_reports_the_zcdp_closed_form():
+    """Lemma 3 + Thm 1: rho = sum_t 1/(2 sigma_t^2); Lemma 4: epsilon = rho + 2 sqrt(rho ln(1/delta))."""
     model, x, y = logistic_problem()
-    n = 6
-    p = n / N
-    schedule = make_schedule("uniform", R=psgd_budget(R, p), T=12)
-    res = train_dp_gd(model, x, y, bce, schedule, DPGDParams(budget=R, batch_size=n), torch.Generator().manual_seed(6))
-    assert res.steps == 12 and res.budget_used == pytest.approx(R, rel=1e-9)
-    assert res.sigmas[0] == pytest.approx(math.sqrt(12 / (R / p**2)))
+    sigmas = (9.0, 7.5, 6.0, 4.0)
+    res = train_dp_gd(model, x, y, bce, PredefinedSchedule(sigmas), DPGDParams(delta=1e-6), torch.Generator())
+    rho = sum(1 / (2 * s**2) for s in sigmas)
+    assert res.rho == pytest.approx(rho, rel=1e-12)
+    assert res.epsilon == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)), rel=1e-12)
+
+
+DELTA = 1e-8
+ROWS = 1000
+R_EXACT = 2 * (math.sqrt(4 + math.log(1 / DELTA)) - math.sqrt(math.log(1 / DELTA))) ** 2  # (4, 1e-8), Lemma 4
+
+
+def poisson_gaussian_epsilon(q, sigmas, delta=DELTA):
+    """Independent figure: dp_accounting's RDP accountant over Poisson-subsampled Gaussian steps."""
+    acc = RdpAccountant()
+    for sigma, count in Counter(sigmas).items():
+        acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), count)
+    return acc.get_epsilon(delta)
+
+
+def old_p_squared_epsilon(q, sigmas, delta=DELTA):
+    """What the with-replacement book-keeping reported: Lemma 4 of rho = sum_t p^2 / (2 sigma_t^2)."""
+    rho = sum(q**2 / (2 * s**2) for s in sigmas)
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def rows_problem(rows=ROWS):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(rows, D, generator=gen, dtype=torch.float64)
+    torch.manual_seed(1)
+    return nn.Linear(D, 1).double(), x, (x[:, 0] > 0).double()
+
+
+@pytest.mark.parametrize("batch_size, sigma", [(100, 1.0), (50, 0.8)])
+def test_psgd_reports_the_poisson_subsampled_gaussian_epsilon(batch_size, sigma):
+    """Issue 33: the steps the old p^2 zCDP cost let a (4, 1e-8) budget pay for, now accounted by RDP."""
+    q = batch_size / ROWS
+    steps = math.floor(R_EXACT * sigma**2 / q**2)  # the old budget stop: sum_t p^2 / sigma^2 <= R
+    model, x, y = rows_problem()
+    hp = DPGDParams(batch_size=batch_size, delta=DELTA)
+    res = train_dp_gd(model, x, y, bce, PredefinedSchedule((sigma,) * steps), hp, torch.Generator().manual_seed(2))
+    assert res.steps == steps and res.rho is None
+    expected = poisson_gaussian_epsilon(q, res.sigmas)
+    assert res.epsilon == pytest.approx(expected, rel=0.01)
+    assert old_p_squared_epsilon(q, res.sigmas) == pytest.approx(4.0, abs=0.02)
+    assert res.epsilon >= old_p_squared_epsilon(q, res.sigmas)
+
+
+def test_psgd_budget_stops_before_the_accounted_epsilon_exceeds_it():
+    q, sigma = 0.1, 1.0
+    model, x, y = rows_problem()
+    hp = DPGDParams(batch_size=100, budget=R_EXACT, delta=DELTA)
+    res = train_dp_gd(model, x, y, bce, PredefinedSchedule((sigma,) * 50), hp, torch.Generator().manual_seed(3))
+    assert res.stop_reason == "budget" and res.steps >= 1
+    assert res.epsilon <= 4.0 < poisson_gaussian_epsilon(q, [sigma] * (res.steps + 1))
+    assert res.epsilon == pytest.approx(poisson_gaussian_epsilon(q, res.sigmas), rel=0.01)
+    assert res.residuals[-1] == pytest.approx(4.0 - res.epsilon)
+
+
+def test_calibrated_psgd_schedule_spends_the_budget_by_the_reporting_accountant():
+    model, x, y = rows_problem()
+    hp = DPGDParams(batch_size=100, budget=R_EXACT, delta=DELTA)
+    shape = 0.95 ** np.arange(12)  # decaying noise, as a chapter-2 dynamic schedule
+    schedule = calibrated_psgd_schedule(shape, hp, ROWS)
+    assert schedule.sigmas[0] / schedule.sigmas[-1] == pytest.approx(shape[0] / shape[-1])
+    res = train_dp_gd(model, x, y, bce, schedule, hp, torch.Generator().manual_seed(4))
+    assert res.steps == 12 and res.stop_reason == "schedule"
+    independent = poisson_gaussian_epsilon(0.1, res.sigmas)
+    assert res.epsilon == pytest.approx(independent, rel=0.01)
+    assert res.epsilon == pytest.approx(4.0, rel=1e-3) and res.epsilon <= 4.0 * (1 + 1e-9)
+    with pytest.raises(ValueError, match="budget"):
+        calibrated_psgd_schedule(shape, DPGDParams(batch_size=100), ROWS)
+    with pytest.raises(ValueError, match="batch_size"):
+        calibrated_psgd_schedule(shape, DPGDParams(budget=R_EXACT), ROWS)
+
+
+def record_batches(monkeypatch):
+    """Wrap the trainer's private_gradient to see the rows of every batch (column 0 holds the row id)."""
+    batches, original = [], dp_gd.private_gradient
+
+    def recording(model, w, xb, *args, **kwargs):
+        batches.append(xb[:, 0].long().tolist())
+        return original(model, w, xb, *args, **kwargs)
+
+    monkeypatch.setattr(dp_gd, "private_gradient", recording)
+    return batches
+
+
+@pytest.mark.parametrize("source", [torch.Generator().manual_seed(5), SECURE], ids=["seeded", "secure"])
+def test_psgd_batches_are_poisson(monkeypatch, source):
+    rows, batch_size, steps = 200, 20, 300
+    q = batch_size / rows
+    x = torch.zeros(rows, D, dtype=torch.float64)
+    x[:, 0] = torch.arange(rows)
+    y = torch.zeros(rows, dtype=torch.float64)
+    batches = record_batches(monkeypatch)
+    hp = DPGDParams(batch_size=batch_size)
+    train_dp_gd(nn.Linear(D, 1).double(), x, y, zero_gradient_loss, PredefinedSchedule((1.0,) * steps), hp, source)
+    sizes = np.array([len(b) for b in batches])
+    assert len(batches) == steps and all(len(set(b)) == len(b) for b in batches)  # no row twice
+    sd = math.sqrt(rows * q * (1 - q))  # Binomial(rows, q) batch sizes
+    assert abs(sizes.mean() - rows * q) < 6 * sd / math.sqrt(steps)
+    assert 0.6 * sd**2 < sizes.var() < 1.5 * sd**2
+    inclusions = np.bincount(np.concatenate(batches), minlength=rows) / steps  # each row ~ Bernoulli(q)
+    assert abs(inclusions.mean() - q) < 0.01 and inclusions.min() > 0
 
 
 def test_on_step_feeds_a_validation_schedule():

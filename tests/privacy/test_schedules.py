@@ -18,7 +18,6 @@ from fedveil.privacy.schedules import (
     normalise_to_budget,
     optimal_sigmas,
     poly_decay,
-    psgd_budget,
     run_until_exhausted,
     step_decay,
     time_decay,
@@ -191,16 +190,6 @@ def test_normalised_schedules_spend_the_budget_in_exactly_T_steps(name, extra):
     s = make_schedule(name, R=R, T=100, **extra)
     assert len(run_until_exhausted(s, R)) == 100
     assert len(run_until_exhausted(s, R * (1 - 1e-6))) == 99
-
-
-def test_psgd_budget_and_cost_scale():
-    p = 0.1
-    assert psgd_budget(R, p) == pytest.approx(100 * R)
-    assert psgd_budget(R, p, c=2.0) == pytest.approx(50 * R)
-    s = make_schedule("uniform", R=psgd_budget(R, p), T=40)
-    assert len(run_until_exhausted(s, R, cost_scale=p**2)) == 40
-    with pytest.raises(ValueError, match="sampling_rate"):
-        psgd_budget(R, 1.5)
 
 
 def test_budget_tracker():

@@ -11,7 +11,8 @@ from tqdm import tqdm
 from fedveil.config import ConfigError
 from fedveil.privacy import epsilon
 from fedveil.privacy.dp_sgd import private_gradient
-from fedveil.runtime.audit_run import SiloCanaryGame, audit_run, canary_input, noise_off
+from fedveil.privacy.randomness import NoiseSource
+from fedveil.runtime.audit_run import SiloCanaryGame, audit_run, canary_input
 from fedveil.runtime.simulation import Simulation
 from tiny_runs import tiny_config
 
@@ -95,20 +96,20 @@ def test_canary_input_for_tokens_and_dense_features():
     assert x.tolist() == [3.0, 0.0] and "least used" in what  # no unused coordinate: the least used one
 
 
-def test_noise_off_zeroes_every_draw_and_restores_them():
+def test_a_zero_noise_stream_gives_the_noiseless_gradient_and_a_seeded_one_does_not():
     model = torch.nn.Linear(3, 2)
     params = {k: v.detach() for k, v in model.named_parameters()}
     x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
 
-    def grad(z: float):
+    def grad(z: float, source: NoiseSource):
+        stream = source.stream("dp-sgd", torch.Generator().manual_seed(0))
         return private_gradient(model, params, x, y, torch.nn.functional.cross_entropy, clip=1.0, noise_multiplier=z,
-                                denominator=4, generator=torch.Generator().manual_seed(0)).grad
+                                denominator=4, generator=stream).grad
 
-    with noise_off():
-        noised_off = grad(5.0)
-    exact = grad(0.0)
-    assert all(torch.equal(noised_off[k], exact[k]) for k in exact)
-    assert not torch.equal(grad(5.0)["weight"], exact["weight"])  # restored on exit
+    exact = grad(0.0, NoiseSource("seeded"))
+    zero = grad(5.0, NoiseSource("zero"))
+    assert all(torch.equal(zero[k], exact[k]) for k in exact)
+    assert not torch.equal(grad(5.0, NoiseSource("seeded"))["weight"], exact["weight"])
 
 
 def test_user_errors_are_config_errors():

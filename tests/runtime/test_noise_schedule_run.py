@@ -92,13 +92,12 @@ def test_example_level_schedule_per_client(tmp_path):
     summary = run(config, out, progress=False)
     decay = exp_decay(np.arange(3), 1.0, 0.3)
     np.testing.assert_allclose(summary["noise_shape"], decay / decay.min(), rtol=1e-12)
-    sizes = read_json(out / "partition.json")["train_sizes"]
-    for k, n in enumerate(sizes):
+    for k in range(3):
         zs = summary["noise_multiplier_per_client"][k] * np.asarray(summary["noise_shape"])
         epochs = config.client.epochs  # each round: `epochs` fresh permutations, one Gaussian each
         z_eff = float(np.sum(epochs / zs**2) ** -0.5)
         want = epsilon(z_eff, 1.0, 1, DELTA, "full")  # Gaussians compose to one Gaussian
-        assert summary["epsilon_per_client"][k] == pytest.approx(want, rel=1e-9), (k, n)
+        assert summary["epsilon_per_client"][k] == pytest.approx(want, rel=1e-9), k
         assert 0.99 <= summary["epsilon_per_client"][k] <= 1.0
 
 

@@ -125,9 +125,10 @@ def test_label_map_of_few_clients_carries_counts():
 def test_write_report_draws_the_privacy_curve_of_a_dp_run(tmp_path):
     out = tmp_path / "dp"
     config = tiny_config(
-        privacy={"level": "example", "noise_multiplier": 1.0}, federation={"rounds": 2}, checkpoint={"every": 0}
+        privacy={"level": "example", "noise_multiplier": 1.0, "keep_unnoised": True}, federation={"rounds": 2},
+        checkpoint={"every": 0},
     )
-    run(config, out, progress=False)  # the run itself draws the plots
+    run(config, out, progress=False)  # the run itself draws the plots (the label plot: kept un-noised counts)
     names = [LEARNING_CURVES_FILE, PRIVACY_CURVE_FILE, CLIENT_SCORES_FILE, "label_distribution.png"]
     for name in names:
         assert (out / name).read_bytes()[:8] == PNG_SIGNATURE

@@ -25,7 +25,7 @@ def test_ray_equals_serial_with_example_dp_and_client_state(tmp_path, local_ray)
     (the server accounts the steps the workers took)."""
     sections = dict(
         algorithm={"name": "scaffold"}, federation={"rounds": 3, "clients_per_round": 4, "sampling": "poisson"},
-        privacy={"level": "example", "noise_multiplier": 1.0}, ray={"workers": 3},
+        privacy={"level": "example", "noise_multiplier": 1.0, "keep_unnoised": True}, ray={"workers": 3},
     )
     finals = {}
     for executor in ("serial", "ray"):

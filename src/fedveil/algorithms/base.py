@@ -17,6 +17,7 @@ from ..models.functional import forward
 from ..params import Params
 from ..privacy.events import Release
 from ..privacy.dp_sgd import ExampleDP
+from ..privacy.randomness import NoiseSource
 from ..registry import Registry
 from ..training.local import LocalStats, LocalTrainer
 
@@ -49,6 +50,8 @@ class RunContext:
     model_factory: Callable[..., nn.Module]
     trainer: LocalTrainer
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    noise: NoiseSource = field(default_factory=NoiseSource)  # the run's DP randomness: every mechanism's stream
+    private: bool = False  # the run is under DP (any level): send nothing un-noised computed from the rows
 
 
 @dataclass

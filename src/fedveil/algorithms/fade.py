@@ -27,7 +27,7 @@ Decisions on the spec's open points (spec 004 §1.5, §1.10, §1.12):
   steps belong to the trainer. A user reports the adversarial loss of its trained model
   on its training rows; if one exceeds ``guard``, the server re-initialises D (Xavier
   normal, zero bias) and runs the next round with lambda = 0. The report is a statistic
-  of raw data, so the guard is off under example-level DP (it would be an unaccounted release).
+  of raw data, so the guard is off under DP at either level (it would be an unaccounted release).
 * Unlabelled users (``unlabelled_clients``, UDA targets) have no task loss; with
   ``im_weight > 0`` they add SHOT's information maximisation ``E[H(p)] - H(E[p])``
   (user-collapse mitigation, §1.8), with ``pseudo_label_weight > 0`` SHOT's CE on
@@ -260,7 +260,7 @@ class Fade(FedAvg):
         )
         message: dict[str, Any] = {"delta": P.sub(new, start), "num_examples": task.data.num_train, "steps": stats.steps}
         metrics = {"lambda": lam, "adversarial_users": float(plays)}
-        if plays and self.hp.guard is not None and task.dp is None:
+        if plays and self.hp.guard is not None and not self.ctx.private:  # an un-noised loss: never under DP
             message["group_loss"] = self.group_loss(new, task, objective)
             metrics["group_loss"] = message["group_loss"]
         return ClientResult(message=message, state=client_state, stats=stats, extra_metrics=metrics)

@@ -52,6 +52,7 @@ from ..models.functional import forward, method_call
 from ..params import Params
 from ..privacy.events import Release
 from ..privacy.feature_release import feature_releases
+from ..privacy.randomness import RandomSource, standard_normal
 from ..training.request import Batch, LossFn, Objective
 from .base import ALGORITHMS, AlgorithmParams, ClientTask, RunContext, SetupResult, State
 from .fedavg import FedAvg, FedAvgParams
@@ -124,15 +125,16 @@ class FedFedDistill(FedAvg):
 
 
 def release_features(model: torch.nn.Module, state: Params, data: ArrayDataset, sigma: float,
-                     generator: torch.Generator) -> ArrayDataset:
+                     source: RandomSource) -> ArrayDataset:
     """A client's shared set (Alg. 1, last line): for every row ``x_p = x_s + sigma n``, x_s the
     clipped residual of the generator's reconstruction from z = mu, n ~ N(0, I) from
-    ``generator``; labels and groups kept. Account it with ``feature_releases(sigma, rho, M)``."""
+    ``source`` (the run's ``"fedfed-release"`` stream); labels and groups kept. Account it
+    with ``feature_releases(sigma, rho, M)``."""
     if sigma < 0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
     with torch.no_grad():
         _, x_s, _, _ = method_call(model, state, "split", data.x)
-        noise = torch.randn(x_s.shape, generator=generator, device=generator.device).to(x_s.device)
+        noise = standard_normal(x_s.shape, source, device=x_s.device)
     return ArrayDataset(x_s + sigma * noise, data.y, dict(data.groups), dict(data.info))
 
 
@@ -210,7 +212,8 @@ class SharedFeatures:
                 f"FedFed: client {client_id}'s inputs lie in [{float(x.min()):.3g}, {float(x.max()):.3g}]; the release's "
                 "bound ||x|| <= sqrt(d) needs pixels in [0, 1] (use unnormalised images)"
             )
-        shared = release_features(self.distiller, self.distiller_state, data.train, self.hp.sigma, generator)
+        source = self.ctx.noise.stream("fedfed-release", generator)
+        shared = release_features(self.distiller, self.distiller_state, data.train, self.hp.sigma, source)
         return SetupResult({"x": shared.x, "y": shared.y}, self.planned_setup_releases(client_id, len(data.train)))
 
     def finish_setup(self, server_state: State, contributions: list[tuple[int, Any]]) -> State:

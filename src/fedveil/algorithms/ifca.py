@@ -34,7 +34,7 @@ from .. import params as P
 from ..errors import ConfigError
 from ..models.functional import forward
 from ..privacy.events import Release, report_noisy_max_release
-from ..privacy.randomness import uniform
+from ..privacy.randomness import gumbel
 from ..seeding import derive_seed
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, State
 from .mean_regularized import regulariser, sample_weight
@@ -130,9 +130,8 @@ class IFCA(Algorithm):
         if task.dp is None:
             return int(scores.argmin()), []
         eps_sel = self.selection_epsilon(task.privacy_budget)
-        draws = uniform(len(scores), task.dp.source(task.generator), torch.float64).clamp(min=1e-300)
-        gumbel = -torch.log(-torch.log(draws))
-        noisy = scores.double() - (2.0 * self.sensitivity(task.data.num_train) / eps_sel) * gumbel
+        noise = gumbel(len(scores), self.ctx.noise.stream("ifca-selection", task.generator))
+        noisy = scores.double() - (2.0 * self.sensitivity(task.data.num_train) / eps_sel) * noise
         return int(noisy.argmin()), [report_noisy_max_release(eps_sel)]
 
     # ------------------------------------------------------------------ training

@@ -287,6 +287,9 @@ def print_summary(summary: dict, out: Path) -> None:
     for key, label in shown:
         if key in summary:
             print(f"  {label:<40} {summary[key]:.4f}")
+    if summary.get("withheld_unnoised"):
+        print(f"  withheld (un-noised, not covered by epsilon): {', '.join(summary['withheld_unnoised'])}"
+              " (privacy.keep_unnoised = true keeps them)")
     if summary.get("best"):
         best = summary["best"]
         print(f"  best round by {best['selected_by']}: {best['round']}")

@@ -6,7 +6,8 @@ that is reachable a ``train`` request, and aggregates the replies that came back
 (``aggregate``) in cohort order. A silo that is unreachable, crashes, times out or
 refuses is dropped from that round: the aggregate is over the survivors only, exactly as
 if the cohort had been the survivors, and the silo's privacy spend stays in its own
-ledger (it reports its epsilon with its next reply). On evaluation rounds every
+ledger (it reports its epsilon, and its person-level epsilon where
+``privacy.records_per_person`` > 1, with its next reply). On evaluation rounds every
 reachable silo scores the new global model and its personal model on its own rows; the
 server summarises the scores under the simulation's metric names.
 
@@ -26,6 +27,7 @@ import torch
 
 from ..config import RunConfig
 from ..models.functional import model_state
+from ..privacy.person_level import PersonEpsilon, person_summary
 from ..runtime.device import resolve_device
 from ..runtime.evaluation import score_name
 from ..runtime.initial_model import initial_params
@@ -120,6 +122,8 @@ class DeployedServer:
                 "epsilon_per_client": [epsilons.get(c) for c in range(self.shape.num_clients)],
                 "secure_rng": self.config.privacy.secure_rng,
             }
+            if self.config.privacy.records_per_person > 1:
+                privacy.update(self.person_level_summary(state.get("person_epsilon", {})))
         summary = build_summary(self.config, self.shape.model_name, self.shape, privacy, rows, state["elapsed_s"])
         summary["deployment"] = {
             "transport": transport.name,
@@ -151,6 +155,8 @@ class DeployedServer:
             value = wire.unpack(*reply, device=self.device)
             messages.append((cid, value["message"]))
             state["epsilon"][str(cid)] = value["epsilon"]
+            if "person_epsilon" in value:
+                state.setdefault("person_epsilon", {})[str(cid)] = value["person_epsilon"]
             if value["loss"] is not None and not np.isnan(value["loss"]):
                 losses.append(value["loss"])
             for key, v in value["extra_metrics"].items():
@@ -171,6 +177,16 @@ class DeployedServer:
             row["epsilon_per_client"] = [state["epsilon"].get(str(c), 0.0) for c in range(self.shape.num_clients)]
         row.update({k: float(np.mean(v)) for k, v in extra.items()})
         return row
+
+    def person_level_summary(self, reported: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The simulation's person-level keys from each silo's last reported person-level
+        epsilon (None for a silo never heard from)."""
+        figures = {int(cid): PersonEpsilon(**value) for cid, value in reported.items()}
+        out = person_summary(self.config.privacy.records_per_person, figures)
+        out["person_epsilon_per_client"] = [
+            figures[c].epsilon if c in figures else None for c in range(self.shape.num_clients)
+        ]
+        return out
 
     def evaluate(self, state: dict[str, Any], round_idx: int, transport: Transport) -> tuple[dict[str, Any], list[dict]]:
         """Every reachable silo's scores of the global and its personal model, summarised

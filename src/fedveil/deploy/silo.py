@@ -7,9 +7,10 @@ simulation, with the same random stream ``(seed, "train", r, client)`` and, unde
 example-level DP, the noise its own privacy plan calibrated; ``evaluate`` scores the
 global model and the silo's personal model on its own test rows. The reply carries the
 algorithm's message (a model update and the row count its weighting needs) and the silo's
-epsilon, never a row, a label, a group attribute or anything per example. The training
-loss and the test scores are computed from the silo's rows without noise, so under DP a
-silo sends them only when it opts in (``share_metrics``; Flower node config
+epsilon (with ``privacy.records_per_person`` > 1 also its person-level epsilon and how it
+was accounted), never a row, a label, a group attribute or anything per example. The
+training loss and the test scores are computed from the silo's rows without noise, so
+under DP a silo sends them only when it opts in (``share_metrics``; Flower node config
 ``share-metrics=true``); without DP it sends them by default.
 
 Everything that persists lives in the silo's state folder, written before the reply
@@ -31,6 +32,7 @@ should set ``privacy.secure_rng = true`` (the silo warns otherwise).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -45,6 +47,7 @@ from ..config import RunConfig
 from ..data.federated import FederatedDataset
 from ..errors import ConfigError
 from ..privacy.ledger import PrivacyLedger
+from ..privacy.person_level import PersonEpsilon, person_epsilon
 from ..runtime.device import federated_to, resolve_device, to_cpu
 from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
@@ -194,6 +197,9 @@ class Silo:
             "extra_metrics": {k: float(v) for k, v in result.extra_metrics.items()} if self.share_metrics else {},
             "epsilon": self.epsilon(),
         }
+        person = self.person_epsilon()
+        if person is not None:
+            reply["person_epsilon"] = dataclasses.asdict(person)
         reply_tensors, reply_skeleton = wire.pack(reply)
         record = {
             "request": fingerprint, "client_state": to_cpu(result.state), "reply_tensors": reply_tensors,
@@ -233,6 +239,14 @@ class Silo:
     def epsilon(self) -> float:
         """Epsilon this silo has spent so far (0 without DP)."""
         return 0.0 if self.privacy is None else float(self.privacy.spent().get(self.client_id, 0.0))
+
+    def person_epsilon(self) -> PersonEpsilon | None:
+        """This silo's person-level epsilon and its method, when ``privacy.records_per_person`` > 1
+        (:mod:`fedveil.privacy.person_level`); None otherwise."""
+        k = self.config.privacy.records_per_person
+        if self.privacy is None or k == 1:
+            return None
+        return person_epsilon(self.privacy.ledger, self.client_id, k, self.config.privacy.delta)
 
     def evaluate(self, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
         """Answer a packed ``evaluate`` request (the server state after round ``round_idx``):

@@ -32,10 +32,12 @@ import struct
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.cluster import KMeans
 
 from ..privacy import checks
 from ..privacy.events import Release, gaussian_steps_release
+from ..privacy.randomness import RandomSource, check_source, standard_normal, uniform
 
 __all__ = [
     "CoverageSummary",
@@ -135,19 +137,19 @@ class CoverageSummary:
 
 
 def private_coverage(
-    client_features: Any, centroids: Any, sigma: float, sample_rate: float, generator: np.random.Generator
+    client_features: Any, centroids: Any, sigma: float, sample_rate: float, generator: RandomSource
 ) -> CoverageSummary:
     """Alg. 5.1 lines 4-6 with B.4's privacy: Poisson-subsample the rows at rate ``gamma``,
-    count per centroid and add ``N(0, sigma^2)`` to each count."""
+    count per centroid and add ``N(0, sigma^2)`` to each count. ``generator``: a numpy
+    generator or the run's ``"ecos-coverage"`` stream (:mod:`fedveil.privacy.randomness`)."""
     client_features = as_feature_matrix("client_features", client_features)
     sigma = checks.positive("sigma", sigma)
     gamma = checks.fraction("sample_rate", sample_rate, one=True)
-    if not isinstance(generator, np.random.Generator):
-        raise ValueError(f"generator must be a numpy Generator; got {type(generator).__name__}.")
+    check_source(generator)
     R = as_feature_matrix("centroids", centroids).shape[0]
     nearest = assign_clusters(client_features, centroids)
-    counts = np.bincount(nearest[generator.random(nearest.size) < gamma], minlength=R)
-    return CoverageSummary(counts + generator.normal(0.0, sigma, R), sigma, gamma)
+    counts = np.bincount(nearest[uniform(nearest.size, generator, torch.float64).numpy() < gamma], minlength=R)
+    return CoverageSummary(counts + sigma * standard_normal((R,), generator, torch.float64).numpy(), sigma, gamma)
 
 
 def coverage_release(sigma: float, sample_rate: float, sensitivity: float = 1.0) -> Release:

@@ -44,6 +44,7 @@ from ..privacy import checks
 from ..privacy.composition import check_accountant
 from ..privacy.events import Release
 from ..privacy.ledger import PrivacyLedger, Subject
+from ..privacy.randomness import NoiseSource
 from ..seeding import derive_seed, numpy_generator
 from .coverage import CoverageSummary, cloud_centroids, coverage_release, private_coverage
 from .features import EXTRACTORS, extract
@@ -78,7 +79,8 @@ class ECOSSettings:
     """ECOS's knobs (B.3-B.4): phi and its options, ``R`` centroids, noise ``sigma``, Poisson
     rate ``sample_rate`` (gamma), score scale ``scale_s``, the reading ``cap`` of Alg. 5.1
     line 9 (:data:`.selection.CAPS`), the accountant and ``delta`` the epsilon is reported
-    at, and an optional ``epsilon_budget`` the client may not exceed."""
+    at, an optional ``epsilon_budget`` the client may not exceed, and ``secure_rng``: draw the
+    coverage and kNN noise and subsamples from the OS's secure generator, not the seed."""
 
     extractor: str = "hog"
     extractor_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -90,6 +92,7 @@ class ECOSSettings:
     delta: float = 1e-5
     accountant: str = "pld"
     epsilon_budget: float | None = None
+    secure_rng: bool = False
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
@@ -106,10 +109,17 @@ class ECOSSettings:
         object.__setattr__(self, "accountant", check_accountant(self.accountant))
         if self.epsilon_budget is not None:
             object.__setattr__(self, "epsilon_budget", checks.positive("epsilon_budget", self.epsilon_budget))
+        if not isinstance(self.secure_rng, bool):
+            raise ValueError(f"secure_rng must be true or false; got {checks.shown(self.secure_rng)}.")
 
     def features(self, x: torch.Tensor) -> np.ndarray:
         """phi(x): the shared, public feature extractor (Alg. 5.1 lines 1 and 3)."""
         return extract(self.extractor, x, **self.extractor_options)
+
+
+def noise_of(settings: ECOSSettings, noise: NoiseSource | None) -> NoiseSource:
+    """``noise``, or the source ``settings.secure_rng`` asks for."""
+    return NoiseSource.for_config(settings.secure_rng) if noise is None else noise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +277,7 @@ def select(
     ledger: PrivacyLedger,
     subject: Subject,
     seed: int,
+    noise: NoiseSource | None = None,
 ) -> Selection:
     """Pick at most ``budget`` cloud samples for the client by ``method`` (:data:`METHODS`).
 
@@ -299,7 +310,7 @@ def select(
     client_x = _check_images("client", client_x)
     spend, expected = _spend(ledger, subject, settings, plan(settings))
     centroids = pool.centroids
-    coverage_rng = numpy_generator(seed, "ecos/coverage")
+    coverage_rng = noise_of(settings, noise).stream("ecos-coverage", numpy_generator(seed, "ecos/coverage"))
     summary, client_seconds = _timed(lambda: private_coverage(
         settings.features(client_x), centroids, settings.sigma, settings.sample_rate, coverage_rng
     ))
@@ -339,6 +350,7 @@ def label(
     ledger: PrivacyLedger,
     subject: Subject,
     seed: int,
+    noise: NoiseSource | None = None,
 ) -> Labelling:
     """B.5 / Case 3: the client labels the cloud's ``queries_x`` (e.g. a selection) by private
     kNN in phi space (``settings``' extractor) and records the release for ``subject`` in
@@ -351,7 +363,7 @@ def label(
     if not isinstance(client_y, torch.Tensor) or client_y.shape != (len(client_x),):
         raise ValueError(f"client labels must be a tensor of {len(client_x)} class indices (one per client image).")
     spend, expected = _spend(ledger, subject, settings, plan_labelling(settings, knn, len(queries_x)))
-    rng = numpy_generator(checks.integer("seed", seed), "ecos/private-knn")
+    rng = noise_of(settings, noise).stream("ecos-knn", numpy_generator(checks.integer("seed", seed), "ecos/private-knn"))
     answer, seconds = _timed(lambda: private_knn_labels(
         settings.features(client_x), client_y.numpy(), settings.features(queries_x), num_classes, knn, rng
     ))

@@ -45,9 +45,11 @@ import math
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..privacy import checks
 from ..privacy.events import Release, gaussian_steps_release
+from ..privacy.randomness import RandomSource, check_source, standard_normal, uniform
 from .coverage import as_feature_matrix
 
 __all__ = ["KNNLabels", "KNNSettings", "combined_sigma", "knn_votes", "labelling_release", "private_knn_labels"]
@@ -148,22 +150,26 @@ class KNNLabels:
         return 5 * int(self.indices.size)
 
 
+def normals(shape: tuple[int, ...], source: RandomSource) -> np.ndarray:
+    """float64 standard normals of ``shape`` from ``source``, as a numpy array."""
+    return standard_normal(shape, source, torch.float64).numpy()
+
+
 def private_knn_labels(
     client_features: Any, client_labels: Any, query_features: Any, num_classes: int, settings: KNNSettings,
-    generator: np.random.Generator,
+    generator: RandomSource,
 ) -> KNNLabels:
     """Steps 1-4 and the class-balanced screening for every query (module docstring).  The
     caller records :func:`labelling_release` for the queries in its ledger."""
     if not isinstance(settings, KNNSettings):
         raise ValueError(f"settings must be KNNSettings; got {type(settings).__name__}.")
-    if not isinstance(generator, np.random.Generator):
-        raise ValueError(f"generator must be a numpy Generator; got {type(generator).__name__}.")
+    check_source(generator)
     client = as_feature_matrix("client_features", client_features)
     queries = as_feature_matrix("query_features", query_features)
-    keep = generator.random((queries.shape[0], client.shape[0])) < settings.sample_rate
+    keep = uniform((queries.shape[0], client.shape[0]), generator, torch.float64).numpy() < settings.sample_rate
     votes = knn_votes(client, client_labels, queries, settings.k, num_classes, keep).astype(np.float64)
-    noisy_label = (votes + generator.normal(0.0, settings.sigma_votes, votes.shape)).argmax(axis=1)
-    confidence = (votes + generator.normal(0.0, settings.sigma_confidence, votes.shape)).max(axis=1)
+    noisy_label = (votes + settings.sigma_votes * normals(votes.shape, generator)).argmax(axis=1)
+    confidence = (votes + settings.sigma_confidence * normals(votes.shape, generator)).max(axis=1)
     if settings.per_class is None:
         chosen = np.arange(queries.shape[0])
     else:

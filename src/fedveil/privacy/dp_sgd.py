@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_map
 
 from ..params import Params
 from . import checks
-from .randomness import SECURE, RandomSource, permutation, standard_normal, uniform
+from .randomness import NoiseSource, RandomSource, permutation, standard_normal, uniform
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ExtraGrad = Callable[[Params], Params]
@@ -236,15 +236,16 @@ class ExampleDP:
     (:meth:`begin_training`) and counts its steps in it; once ``client_update`` returns,
     the executor copies :attr:`trainings` into ``ClientResult.dp_trainings`` and the runtime
     records each training as its own release (a shuffled training draws its own permutations).
-    ``secure``: draw batches and noise from :data:`~fedveil.privacy.randomness.SECURE`
-    instead of the client's seeded generator.
+    ``noise``: the run's :class:`~fedveil.privacy.randomness.NoiseSource`, which gives the
+    batches' and the noise's stream (the client's seeded generator, the secure source, or
+    zero noise).
     """
 
     clip: float
     noise_multiplier: float
     sampling: str  # "poisson" | "shuffle"
     batch_size: int
-    secure: bool = False
+    noise: NoiseSource = field(default_factory=NoiseSource)
     trainings: list[int] = field(default_factory=list)  # steps taken by each train call, in order
 
     @property
@@ -259,7 +260,7 @@ class ExampleDP:
 
     def source(self, generator: torch.Generator) -> RandomSource:
         """Where this client's private batches and noise come from."""
-        return SECURE if self.secure else generator
+        return self.noise.stream("dp-sgd", generator)
 
     def batches(
         self, num_rows: int, steps: int, generator: torch.Generator, device: torch.device | str | None = None

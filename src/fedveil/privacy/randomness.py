@@ -14,16 +14,24 @@ secure mode does: each coordinate is the sum of four standard normals divided by
 (variance 1), drawn in double precision by the Box-Muller transform from 53-bit uniforms.
 Secure draws are several times slower than torch's generator (measured in docs/privacy.md).
 
+A run holds one :class:`NoiseSource` (seeded, secure or zero) and every DP mechanism
+asks it for its stream, naming itself (:data:`MECHANISMS`): ``noise.stream("dp-sgd",
+generator)`` gives the mechanism's seeded ``generator`` back, :data:`SECURE`, or a
+:class:`ZeroNoiseStream` (noise exactly zero, sampling still from ``generator``: the
+audit's self-test of a run whose noise is silently off). Secure mode and the audit thus
+reach every mechanism by construction, and the source counts which mechanisms asked.
+
 Every DP mechanism of fedveil draws through :func:`standard_normal`,
-:func:`fill_standard_normal_`, :func:`uniform` and :func:`permutation`, which accept
-either source. Draws are made where the source lives (the CPU for a seeded CPU generator
-and for :data:`SECURE`) and then moved to the device of the tensor they are for, so a run's
-noise is the same numbers on the CPU and on a GPU.
+:func:`fill_standard_normal_`, :func:`gumbel`, :func:`uniform` and :func:`permutation`,
+which accept a torch or numpy generator or a stream. Draws are made where the source lives
+(the CPU for a seeded CPU generator and for :data:`SECURE`) and then moved to the device of
+the tensor they are for, so a run's noise is the same numbers on the CPU and on a GPU.
 """
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from typing import Union
 
 import numpy as np
@@ -61,7 +69,81 @@ class SecureRandom:
 
 
 SECURE = SecureRandom()
-RandomSource = Union[torch.Generator, SecureRandom]
+
+
+class ZeroNoiseStream:
+    """A mechanism's stream with its noise off: every normal and Gumbel draw is exactly zero,
+    while uniforms and permutations (batch and cohort sampling) still come from the seeded
+    ``sampling`` generator, so the run samples as planned and only the noise is missing."""
+
+    def __init__(self, sampling: "torch.Generator | np.random.Generator") -> None:
+        self.sampling = sampling
+
+    def __repr__(self) -> str:
+        return f"ZeroNoiseStream({self.sampling!r})"
+
+
+RandomSource = Union[torch.Generator, np.random.Generator, SecureRandom, ZeroNoiseStream]
+
+# Every mechanism that draws DP randomness, by the name it asks a NoiseSource with, and
+# the ledger labels of the releases it makes (tests check that every label recorded in a
+# ledger belongs to a mechanism that drew from the run's source).
+MECHANISMS: dict[str, tuple[str, ...]] = {
+    "dp-sgd": ("gaussian/poisson", "gaussian/shuffle", "gaussian/fixed", "gaussian/full"),  # batches + noise, both executors
+    "dp-fedavg": ("gaussian/poisson", "gaussian/fixed"),  # client-level noise, adaptive clipping's count
+    "client-sampling": (),  # client-level DP's secure cohorts (the seeded ones are pre-generated)
+    "ifca-selection": ("report_noisy_max",),
+    "fedfed-release": ("shared features",),
+    "ecos-coverage": ("ecos/coverage",),
+    "ecos-knn": ("ecos/private-knn",),
+}
+
+
+class NoiseSource:
+    """Where a run's DP randomness comes from; hand one to every mechanism.
+
+    ``kind``: ``"seeded"`` (reproducible research runs: a mechanism's stream is its own
+    seeded generator), ``"secure"`` (:data:`SECURE` for every mechanism: nothing in a run
+    directory regenerates the noise) or ``"zero"`` (noise exactly zero, sampling seeded).
+    ``requests`` counts the streams each mechanism asked for."""
+
+    KINDS = ("seeded", "secure", "zero")
+
+    def __init__(self, kind: str = "seeded") -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"noise source kind must be one of {', '.join(self.KINDS)}; got {kind!r}")
+        self.kind = kind
+        self.requests: Counter[str] = Counter()
+
+    @classmethod
+    def for_config(cls, secure_rng: bool) -> "NoiseSource":
+        """The source ``privacy.secure_rng`` asks for."""
+        return cls("secure" if secure_rng else "seeded")
+
+    @property
+    def secure(self) -> bool:
+        return self.kind == "secure"
+
+    def stream(self, mechanism: str, seeded: "torch.Generator | np.random.Generator") -> RandomSource:
+        """``mechanism``'s stream (a name of :data:`MECHANISMS`): ``seeded`` itself, :data:`SECURE`,
+        or ``seeded`` with its noise zeroed."""
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"unknown DP mechanism {mechanism!r}; register it in MECHANISMS")
+        self.requests[mechanism] += 1
+        if self.kind == "secure":
+            return SECURE
+        return seeded if self.kind == "seeded" else ZeroNoiseStream(seeded)
+
+    def __repr__(self) -> str:
+        return f"NoiseSource({self.kind!r})"
+
+
+def check_source(source: object) -> None:
+    """A ValueError unless ``source`` is something the draw functions below accept."""
+    if not isinstance(source, (torch.Generator, np.random.Generator, SecureRandom, ZeroNoiseStream)):
+        raise ValueError(
+            f"a DP random source must be a torch or numpy Generator or a NoiseSource stream; got {type(source).__name__}."
+        )
 
 
 def _on(tensor: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
@@ -73,17 +155,24 @@ def standard_normal(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """A tensor of standard normals of ``shape`` drawn from ``source``, on ``device`` (default:
-    the generator's device, the CPU for :data:`SECURE`). The draws do not depend on
-    ``device``: they are made where ``source`` lives and moved, so a CPU generator gives the
-    same numbers for a CPU and a CUDA tensor."""
+    the generator's device, the CPU otherwise). The draws do not depend on ``device``: they
+    are made where ``source`` lives and moved, so a CPU generator gives the same numbers for a
+    CPU and a CUDA tensor. A numpy generator draws ``standard_normal`` in float64."""
+    shape = tuple(shape)
+    if isinstance(source, ZeroNoiseStream):
+        return torch.zeros(shape, dtype=dtype, device=device)
     if isinstance(source, SecureRandom):
         return _on(source.standard_normal(math.prod(shape)).to(dtype).view(shape), device)
+    if isinstance(source, np.random.Generator):
+        return _on(torch.from_numpy(source.standard_normal(shape)).to(dtype), device)
     return _on(torch.randn(shape, generator=source, dtype=dtype, device=source.device), device)
 
 
 def fill_standard_normal_(tensor: torch.Tensor, source: RandomSource) -> torch.Tensor:
     """Fill ``tensor`` (on any device) in place with standard normals from ``source``: the
     same draws as :func:`standard_normal` of its shape, made where ``source`` lives."""
+    if isinstance(source, ZeroNoiseStream):
+        return tensor.zero_()
     if isinstance(source, SecureRandom):
         return tensor.copy_(source.standard_normal(tensor.numel()).view(tensor.shape))
     if tensor.device != source.device:
@@ -91,19 +180,38 @@ def fill_standard_normal_(tensor: torch.Tensor, source: RandomSource) -> torch.T
     return tensor.normal_(generator=source)
 
 
+def gumbel(n: int, source: RandomSource, device: torch.device | str | None = None) -> torch.Tensor:
+    """``n`` float64 standard Gumbel draws ``-log(-log(u))`` from uniforms of ``source``."""
+    if isinstance(source, ZeroNoiseStream):
+        return torch.zeros(n, dtype=torch.float64, device=device)
+    return -torch.log(-torch.log(uniform(n, source, torch.float64, device).clamp(min=1e-300)))
+
+
 def uniform(
-    n: int, source: RandomSource, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    n: int | tuple[int, ...], source: RandomSource, dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """``n`` uniforms in [0, 1) of ``dtype`` (``torch.rand`` for a generator), drawn where
-    ``source`` lives and moved to ``device`` (default: left there)."""
+    """Uniforms in [0, 1) of ``dtype`` (``n`` of them, or of shape ``n``; ``torch.rand`` for a
+    torch generator, ``random`` for a numpy one), drawn where ``source`` lives and moved to
+    ``device`` (default: left there). A zero-noise stream draws them from its sampling generator."""
+    if isinstance(source, ZeroNoiseStream):
+        source = source.sampling
+    shape = (n,) if isinstance(n, int) else tuple(n)
     if isinstance(source, SecureRandom):
-        return _on(source.uniform(n).to(dtype), device)
-    return _on(torch.rand(n, generator=source, dtype=dtype, device=source.device), device)
+        return _on(source.uniform(math.prod(shape)).view(shape).to(dtype), device)
+    if isinstance(source, np.random.Generator):
+        return _on(torch.from_numpy(source.random(shape)).to(dtype), device)
+    return _on(torch.rand(shape, generator=source, dtype=dtype, device=source.device), device)
 
 
 def permutation(n: int, source: RandomSource, device: torch.device | str | None = None) -> torch.Tensor:
     """A random permutation of ``range(n)`` (``torch.randperm`` for a generator), drawn where
-    ``source`` lives and moved to ``device`` (default: left there)."""
+    ``source`` lives and moved to ``device`` (default: left there). A zero-noise stream draws
+    it from its sampling generator."""
+    if isinstance(source, ZeroNoiseStream):
+        source = source.sampling
     if isinstance(source, SecureRandom):
         return _on(source.permutation(n), device)
+    if isinstance(source, np.random.Generator):
+        return _on(torch.from_numpy(source.permutation(n)), device)
     return _on(torch.randperm(n, generator=source, device=source.device), device)

@@ -6,10 +6,9 @@ and a run must satisfy ``sum_t 1/sigma_t^2 <= R`` with ``R = 2 * rho_zCDP`` (Thm
 run is (R/2)-zCDP). Nothing here knows about models, so the same schedules drive DP-GD
 steps and DP-FedAvg rounds alike.
 
-Mini-batches (PSGD, §2.4.4): a step on a batch sampled with replacement at rate p costs
-``c p^2 / sigma_t^2`` of R, i.e. the sigma-unit budget is ``R' = R / (c p^2)``
-(:func:`psgd_budget`); build the schedule with R' and charge steps with
-``BudgetTracker(R, cost_scale=c p^2)``.
+Mini-batches (PSGD): the dissertation's ``c p^2 / sigma_t^2`` per step (§2.4.4) is no zCDP
+bound and is not used; :mod:`fedveil.privacy.dp_gd` samples Poisson batches and accounts
+them with the RDP accountant (docs/privacy.md).
 
 Steps are 0-based here (``sigma(step)``, step = t - 1 of the dissertation's t = 1..T).
 Two budget modes (spec §1.8): a schedule normalised to spend R in exactly T steps
@@ -121,19 +120,6 @@ def normalise_to_budget(shape: np.ndarray, R: float) -> np.ndarray:
     checks.positive("R", R)
     s = checks.positive_vector("shape", shape)
     return s * math.sqrt((1 / s**2).sum() / R)
-
-
-def psgd_budget(R: float, sampling_rate: float, c: float = 1.0) -> float:
-    """Sigma-unit budget of PSGD (spec §1.2, §1.6): with per-step cost ``c p^2/sigma_t^2``,
-    ``sum_t c p^2/sigma_t^2 <= R`` iff ``sum_t 1/sigma_t^2 <= R' = R/(c p^2)`` (= R N^2/n^2 at c = 1).
-
-    This is the dissertation's book-keeping for batches drawn with replacement at rate
-    ``p = n/N`` (Yu et al.'s constant c omitted, i.e. c = 1; the reference code calibrates
-    c = 2 for Poisson batches); it is not a tight subsampled-Gaussian accountant."""
-    checks.positive("R", R)
-    checks.positive("c", c)
-    checks.fraction("sampling_rate", sampling_rate, one=True)
-    return R / (c * sampling_rate**2)
 
 
 # --------------------------------------------------------------------------------------

@@ -15,24 +15,20 @@ Even trials include the canary, odd trials do not; trial ``i`` draws all its ran
 (batches, cohorts, noise) from its own generator ``(seed, "audit", i)``. The scores give a
 Clopper-Pearson lower bound on epsilon (:func:`~fedveil.privacy.audit.epsilon_lower_bound`),
 compared with the epsilon the run's ledger accounts for exactly what one trial ran. A
-bound above it means the run leaks more than it claims; :func:`noise_off` shows what that
-looks like (docs/audit.md).
+bound above it means the run leaks more than it claims; ``noise=False`` shows what that
+looks like (docs/audit.md): the run's noise source is then ``NoiseSource("zero")``, whose
+streams give every mechanism exactly zero noise while the plan and the ledger still claim it.
 """
 from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import torch
 from torch.func import functional_call
 from tqdm.auto import tqdm
-
-import fedveil.privacy.client_dp as client_dp
-import fedveil.privacy.dp_sgd as dp_sgd
-import fedveil.training.private_stacked as private_stacked
 
 from ..errors import ConfigError
 from ..config import RunConfig
@@ -42,6 +38,7 @@ from ..params import Params
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.audit import AuditResult, epsilon_lower_bound
 from ..privacy.dp_sgd import ExampleDP, per_example_grads, poisson_batches
+from ..privacy.randomness import NoiseSource
 from ..seeding import torch_generator
 from ..training.cohort import train_stacked
 from ..training.request import TrainRequest
@@ -58,33 +55,6 @@ DIRAC_NORM = 1e6  # the canary client's update norm, in units of the initial cli
 GRAD_CHUNK = 256  # rows per per-example gradient call when finding the untouched coordinates
 
 
-@contextmanager
-def noise_off() -> Iterator[None]:
-    """Every DP noise draw returns zeros while the plan and the ledger still claim the
-    planned noise: what a run whose noise is silently off looks like (the audit's self-test).
-
-    Patches the three places all DP noise is drawn: DP-SGD's and DP-FedAvg's
-    ``standard_normal`` and the stacked trainer's ``fill_standard_normal_``.
-    """
-
-    def zeros(shape, source, dtype=torch.float32, device=None):
-        return torch.zeros(shape, dtype=dtype, device=device)
-
-    def zero_fill(tensor, source):
-        return tensor.zero_()
-
-    patches = [(dp_sgd, "standard_normal", zeros), (client_dp, "standard_normal", zeros),
-               (private_stacked, "fill_standard_normal_", zero_fill)]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
-    for module, name, fake in patches:
-        setattr(module, name, fake)
-    try:
-        yield
-    finally:
-        for module, name, original in saved:
-            setattr(module, name, original)
-
-
 @dataclass(frozen=True)
 class RunAudit:
     """What ``fedveil audit`` found: the audited mechanism, the canary and the bound."""
@@ -96,7 +66,7 @@ class RunAudit:
     rounds: int
     steps: int  # noisy releases per trial: DP-SGD steps (example level) or aggregations (client level)
     noise_multiplier: float  # the plan's, at noise-schedule shape 1
-    noise: bool  # False when the trials ran under :func:`noise_off`
+    noise: bool  # False when the trials ran with a zero noise source
     result: AuditResult
     seconds: float
 
@@ -157,7 +127,8 @@ def audit_run(
     ``client``: the silo audited at example level (default 0). ``rounds``: audit only the first
     ``rounds`` rounds (of the silo's rounds at example level). ``executor``: ``"serial"`` or
     ``"vectorized"`` local training at example level (default: the run's, ``"ray"`` as
-    serial). ``noise=False`` runs the trials under :func:`noise_off`. ``seed``: of the
+    serial). ``noise=False`` runs the trials with ``NoiseSource("zero")``
+    (every mechanism's noise exactly zero, the plan unchanged: the audit's self-test). ``seed``: of the
     trials (default: the run's seed). Raises :class:`ConfigError` for what cannot be audited.
     """
     if trials < 2 or trials % 2:
@@ -166,7 +137,7 @@ def audit_run(
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
     if rounds is not None and rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {rounds}")
-    sim = Simulation.from_config(config)
+    sim = Simulation.from_config(config, noise=NoiseSource("seeded" if noise else "zero"))
     if sim.privacy is None:
         raise ConfigError('audit: privacy.level is "none", nothing to audit; set privacy.level = "example" or "client"')
     seed = config.seed if seed is None else seed
@@ -179,7 +150,7 @@ def audit_run(
         game = ClientCanaryGame(sim, rounds)
     started = time.perf_counter()
     with tqdm(total=trials, desc=f"audit ({config.privacy.level} level)", unit="trial", disable=not progress,
-              dynamic_ncols=True) as bar, (nullcontext() if noise else noise_off()):
+              dynamic_ncols=True) as bar:
         scores = game.scores(trials, seed, bar)
     seconds = time.perf_counter() - started
     result = epsilon_lower_bound(
@@ -317,7 +288,8 @@ class SiloCanaryGame:
         """A fresh copy of the plan's ExampleDP for round ``round_idx`` (trainings accumulate)."""
         planned = self.privacy.task_dp(self.cid, round_idx)
         dp = SiloRateDP(
-            planned.clip, planned.noise_multiplier, planned.sampling, planned.batch_size, rate=self.plan.sample_rate
+            planned.clip, planned.noise_multiplier, planned.sampling, planned.batch_size, planned.noise,
+            rate=self.plan.sample_rate,
         )
         if trial == 0:
             self.ran.append(dp)
@@ -444,7 +416,8 @@ class ClientCanaryGame:
         total = 0.0
         for r in self.rounds:
             self.server.noise_multiplier = self.privacy.population_noise * float(self.privacy.shape[r])
-            mean, _ = self.server.noisy_mean(self._cohort_updates(include, generator), self.template, generator)
+            noise = self.privacy.noise.stream("dp-fedavg", generator)
+            mean, _ = self.server.noisy_mean(self._cohort_updates(include, generator), self.template, noise)
             total += float(mean[name].view(-1)[index])
         return total
 
@@ -459,9 +432,9 @@ class ClientCanaryGame:
 
     def accounted_epsilon(self) -> float:
         """Epsilon of the plan's releases of the rounds run (the noise every trial claims,
-        under :func:`noise_off` too), composed in a fresh ledger."""
+        with a zero noise source too), composed in a fresh ledger."""
         releases = [release for r in self.rounds for release in self.privacy.planned_round(r, [])[POPULATION]]
         return self.privacy.ledger.epsilon_of(releases, self.privacy.config.delta)
 
 
-__all__ = ["RunAudit", "SiloCanaryGame", "ClientCanaryGame", "audit_run", "canary_input", "noise_off"]
+__all__ = ["RunAudit", "SiloCanaryGame", "ClientCanaryGame", "audit_run", "canary_input"]

@@ -34,8 +34,8 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.client_dp import COUNT_SENSITIVITY, ClientLevelDP, update_noise_multiplier
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
 from ..privacy.ledger_check import LedgerCheck
-from ..privacy.person_level import person_epsilon
-from ..privacy.randomness import RandomSource
+from ..privacy.person_level import person_epsilon, person_summary
+from ..privacy.randomness import NoiseSource, RandomSource
 from ..privacy.schedules import quantise_shape
 from ..training.local import LocalTrainer
 
@@ -76,6 +76,7 @@ class RunPrivacy:
     extras: dict[int, dict[int, list[Release]]] = field(default_factory=dict)  # client -> round -> other releases
     setup: dict[int, list[Release]] = field(default_factory=dict)  # client -> releases of the setup phase
     check: LedgerCheck | None = None
+    noise: NoiseSource = field(default_factory=NoiseSource)  # the run's (algorithm context's) noise source
 
     # ------------------------------------------------------------------ plan
     @classmethod
@@ -98,7 +99,7 @@ class RunPrivacy:
         shape = cfg.noise_schedule.shape(len(schedule))
         if cfg.noise_schedule.name != "constant":
             shape = quantise_shape(shape, SCHEDULE_LEVELS)
-        run = cls(cfg, PrivacyLedger(cfg.accountant), num_clients, shape / shape.min(), setup=setup)
+        run = cls(cfg, PrivacyLedger(cfg.accountant), num_clients, shape / shape.min(), setup=setup, noise=algorithm.ctx.noise)
         if cfg.level == "client" and setup:
             raise ConfigError(
                 f"privacy.level: {type(algorithm).__name__} releases features of each client's records in its setup, "
@@ -283,7 +284,7 @@ class RunPrivacy:
         if plan is None:
             return None
         z = plan.noise_multiplier * float(self.shape[round_idx])
-        return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size, secure=self.config.secure_rng)
+        return ExampleDP(self.config.clip, z, self.config.batch_sampling, plan.batch_size, noise=self.noise)
 
     def record_client(self, cid: int, n: int, dp: ExampleDP, trainings: Sequence[int]) -> None:
         """Account the DP-SGD client ``cid`` just ran under ``dp``, as it ran: one release per
@@ -384,14 +385,17 @@ class RunPrivacy:
         return out
 
     def _person_level_summary(self) -> dict[str, Any]:
-        """Person-level epsilon when a person may own ``records_per_person`` > 1 records."""
+        """Person-level epsilon, and how it was accounted, when a person may own
+        ``records_per_person`` > 1 records (:mod:`fedveil.privacy.person_level`)."""
         k = self.config.records_per_person
         if k == 1:
             return {}
         per_subject = {s: person_epsilon(self.ledger, s, k, self.config.delta) for s in self.ledger.subjects}
-        out: dict[str, Any] = {"records_per_person": k, "person_epsilon": max(per_subject.values(), default=0.0)}
+        out = person_summary(k, per_subject)
         if self.config.level != "client":
-            out["person_epsilon_per_client"] = [per_subject.get(c, 0.0) for c in range(self.num_clients)]
+            out["person_epsilon_per_client"] = [
+                per_subject[c].epsilon if c in per_subject else 0.0 for c in range(self.num_clients)
+            ]
         return out
 
     def state_dict(self) -> dict[str, Any]:

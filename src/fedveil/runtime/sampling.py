@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..privacy.randomness import SECURE, permutation, uniform
+from ..privacy.randomness import RandomSource, permutation, uniform
 from ..seeding import numpy_generator
 
 
@@ -53,13 +53,13 @@ def selection_probabilities(probabilities: list[float], num_clients: int, client
     return p / p.sum()
 
 
-def secure_cohort(num_clients: int, clients_per_round: int, scheme: str) -> np.ndarray:
-    """One round's sorted cohort drawn from the OS's secure generator (client-level DP with
-    ``privacy.secure_rng``: who took part must not be recoverable from the seed)."""
+def secure_cohort(num_clients: int, clients_per_round: int, scheme: str, source: RandomSource) -> np.ndarray:
+    """One round's sorted cohort drawn from ``source``, the run's secure stream (client-level DP
+    with ``privacy.secure_rng``: who took part must not be recoverable from the seed)."""
     if scheme == "fixed":
-        return np.sort(permutation(num_clients, SECURE)[:clients_per_round].numpy())
+        return np.sort(permutation(num_clients, source)[:clients_per_round].numpy())
     if scheme == "poisson":
-        return np.flatnonzero((uniform(num_clients, SECURE, torch.float64) < clients_per_round / num_clients).numpy())
+        return np.flatnonzero((uniform(num_clients, source, torch.float64) < clients_per_round / num_clients).numpy())
     raise ValueError(f"unknown sampling scheme '{scheme}'; choose fixed or poisson")
 
 

@@ -29,7 +29,7 @@ from .dataset import build_dataset
 from ..data.federated import ClientData, FederatedDataset
 from ..models import build_model
 from ..params import Params
-from ..privacy.randomness import SECURE
+from ..privacy.randomness import NoiseSource
 from .callbacks import Callback
 from .client_store import ClientStateStore, MemoryClientStore
 from .device import CPU, federated_to, resolve_device
@@ -102,11 +102,13 @@ class FederationShape:
 
 
 def build_run_pieces(
-    config: RunConfig, shape: FederationShape, device: torch.device
+    config: RunConfig, shape: FederationShape, device: torch.device, noise: NoiseSource | None = None
 ) -> tuple[ModelFactory, nn.Module, LocalTrainer, Algorithm]:
     """The run's model factory, model, local trainer and algorithm, built from the config
     and the federation's shape only (no data): the same pieces in a simulation, on a
-    deployed server and on every silo. Raises :class:`ConfigError` on a bad model or loss."""
+    deployed server and on every silo. Raises :class:`ConfigError` on a bad model or loss.
+    ``noise`` (default: the one ``privacy.secure_rng`` asks for) is the run's noise source,
+    in the algorithm's context for every mechanism to draw from."""
     name = shape.model_name if config.model.name == "auto" else config.model.name
     factory = ModelFactory(name, shape.input_shape, shape.num_classes, dict(config.model.options), config.seed, device)
     try:
@@ -121,6 +123,8 @@ def build_run_pieces(
     ctx = RunContext(
         num_clients=shape.num_clients, task=shape.task, num_classes=shape.num_classes, input_shape=shape.input_shape,
         rounds=config.federation.rounds, seed=config.seed, model_factory=factory, trainer=trainer, device=device,
+        noise=NoiseSource.for_config(config.privacy.secure_rng) if noise is None else noise,
+        private=config.privacy.level != "none",
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
     return factory, model, trainer, algorithm
@@ -175,14 +179,20 @@ class Simulation:
             self.executor = make_executor(self.config.executor, self.config.ray, self.device)
 
     @classmethod
-    def from_config(cls, config: RunConfig, callbacks: Sequence[Callback] = ()) -> "Simulation":
+    def from_config(
+        cls, config: RunConfig, callbacks: Sequence[Callback] = (), noise: NoiseSource | None = None
+    ) -> "Simulation":
         """Resolve the device, load data, build the model and the algorithm; raises before
-        anything is written. The model and the data are moved to the device here, once."""
+        anything is written. The model and the data are moved to the device here, once.
+        ``noise``: the run's noise source (default: the one ``privacy.secure_rng`` asks for;
+        :class:`~fedveil.privacy.randomness.NoiseSource` ``("zero")`` for the audit's self-test)."""
         check_tracking(config.log)
         device = resolve_device(config.device)
         data = build_dataset(config.data, config.seed)
         check_metrics(config.eval.metrics, config.eval.group, data)
-        factory, model, trainer, algorithm = build_run_pieces(config, FederationShape.of(data, config.model.name), device)
+        factory, model, trainer, algorithm = build_run_pieces(
+            config, FederationShape.of(data, config.model.name), device, noise
+        )
         model_name = factory.name
         fed = config.federation
         schedule = run_schedule(config, data.num_clients)
@@ -244,12 +254,13 @@ class Simulation:
     def secure_cohorts(self) -> bool:
         """Client-level DP with ``secure_rng``: the accountant's client sampling is drawn from the
         secure source each round instead of the seeded schedule."""
-        return self.privacy is not None and self.privacy.server is not None and self.config.privacy.secure_rng
+        return self.privacy is not None and self.privacy.server is not None and self.privacy.noise.secure
 
     def cohort(self, round_idx: int) -> list[int]:
         fed = self.config.federation
         if self.secure_cohorts:
-            drawn = secure_cohort(self.data.num_clients, fed.clients_per_round, fed.sampling)
+            source = self.privacy.noise.stream("client-sampling", torch_generator(self.config.seed, "cohort", round_idx))
+            drawn = secure_cohort(self.data.num_clients, fed.clients_per_round, fed.sampling, source)
         else:
             drawn = self.schedule[round_idx]
         return [int(c) for c in drawn]
@@ -285,6 +296,8 @@ class Simulation:
         row: dict[str, Any] = {"round": round_idx + 1, "cohort_size": len(cohort), "lr": self.trainer.lr_at(round_idx)}
         if losses:
             row["train_loss"] = float(np.mean(losses))
+        for key in set(self.withheld) & set(row):
+            del row[key]
         if self.privacy is not None:
             row.update(facts)
             row.update(self.privacy.metrics())
@@ -299,7 +312,7 @@ class Simulation:
     def _client_level_update(self, server_state, messages, round_idx: int):
         """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
         template = self.algorithm.global_params(server_state)
-        generator = SECURE if self.config.privacy.secure_rng else torch_generator(self.config.seed, "client-dp", round_idx)
+        generator = self.privacy.noise.stream("dp-fedavg", torch_generator(self.config.seed, "client-dp", round_idx))
         mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator, round_idx)
         return self.algorithm.server_update(server_state, mean), facts
 
@@ -341,9 +354,35 @@ class Simulation:
         state = self.fresh_state(clients) if checkpoint is None else {**checkpoint, "clients": clients}
         if self.privacy is not None and "privacy" in state:
             self.privacy.load_state_dict(state["privacy"], self.schedule, state["round"])
-        recorder.record_partition(self.partition_facts())
+        facts = self.partition_facts()
+        if "partition_counts" in self.withheld:
+            facts = {"pooled_test_size": facts["pooled_test_size"]}
+        recorder.record_partition(facts)
         rows = recorder.rows_through(state["round"])
+        pending = state.pop("row", None)  # a secure run's last row, checkpointed before it was written
+        if pending is not None and (not rows or rows[-1]["round"] < pending["round"]):
+            recorder.record_row(pending)
+            rows.append(pending)
         return self._loop(recorder, state, rows, fingerprint, [*self.callbacks, *callbacks])
+
+    @property
+    def withheld(self) -> tuple[str, ...]:
+        """What a DP run leaves out of its outputs by default: values computed from the private
+        rows without noise, which its epsilon does not cover (``privacy.keep_unnoised``
+        keeps them): the training loss of the private batches, per-client row counts and
+        scores (``client_metrics``), the partition's per-client counts, and at client level
+        the realised cohort size, which must stay secret for the sampling amplification."""
+        privacy = self.config.privacy
+        if privacy.level == "none" or privacy.keep_unnoised:
+            return ()
+        return ("train_loss", "client_metrics", "partition_counts") + (("cohort_size",) if privacy.level == "client" else ())
+
+    @property
+    def checkpoints_every_round(self) -> bool:
+        """A run with secure noise checkpoints every round, before the round's row leaves the
+        process: a resume never re-executes a round whose output was seen (fresh secure noise
+        on the same rows would be a release the ledger never counted)."""
+        return self.privacy is not None and self.privacy.noise.secure
 
     def _loop(
         self, recorder: RunRecorder, state: dict[str, Any], rows: list[dict], fingerprint: str, callbacks: list[Callback],
@@ -360,17 +399,22 @@ class Simulation:
                 metrics, client_rows = evaluator(state["server"], state["clients"], r)
                 row.update(metrics)
             state["elapsed_s"] = row["elapsed_s"] = time.perf_counter() - started
+            if self.checkpoints_every_round:
+                self._save_checkpoint(recorder, {**state, "row": row}, fingerprint)
             recorder.record_row(row)
             rows.append(row)
             for cb in callbacks:
                 cb.on_round_end(row)
-            if last or (every and (r + 1) % every == 0):
+            if not self.checkpoints_every_round and (last or (every and (r + 1) % every == 0)):
                 self._save_checkpoint(recorder, state, fingerprint)
         if client_rows is None:  # resumed a finished run: score the final state again
             _, client_rows = evaluator(state["server"], state["clients"], rounds - 1)
         privacy_facts = self.privacy.summary() if self.privacy is not None else {}
         summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
         summary["device"] = str(self.device)
+        if self.withheld:
+            summary["withheld_unnoised"] = list(self.withheld)
+            client_rows = [{"client": row["client"]} for row in client_rows]
         if self.algorithm.has_global_model:  # local / MOCHA / IFCA: no one model to save
             recorder.save_model(self.algorithm.global_params(state["server"]))
         recorder.finish(summary, client_rows)
