@@ -77,8 +77,9 @@ def test_mr_mtl_over_flower_with_tls_and_node_auth_survives_a_killed_silo(tmp_pa
     # round 1 (nothing failed yet) is the simulation's round 1, number for number
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        simulated = MemoryRecorder()
-        Simulation.from_config(config).record(simulated)
+        simulated = MemoryRecorder()  # the simulation keeps the un-noised loss the silos opted to share
+        research = config.model_copy(update={"privacy": config.privacy.model_copy(update={"keep_unnoised": True})})
+        Simulation.from_config(research).record(simulated)
     assert rows[0]["train_loss"] == simulated.rows[0]["train_loss"]
     assert rows[0]["epsilon_per_client"] == simulated.rows[0]["epsilon_per_client"]
     # every silo reports its own epsilon; the survivors spent their whole budgets, the killed one a round's worth
