@@ -27,7 +27,7 @@ def test_an_example_level_run_withholds_losses_counts_and_per_client_scores(tmp_
     assert all("train_loss" not in r for r in rows) and all("cohort_size" in r for r in rows)  # the schedule is public
     assert clients == [{"client": c} for c in range(5)]
     assert set(partition) == {"pooled_test_size"}
-    assert summary["withheld_unnoised"] == ["train_loss", "client_metrics", "partition_counts"]
+    assert summary["withheld_unnoised"] == ["train_loss", "client_metrics", "partition_counts", "client_extra_metrics"]
     assert "epsilon" in summary and "global_test_accuracy" in summary
 
 
@@ -51,3 +51,15 @@ def test_fade_sends_no_raw_group_loss_under_client_level_dp(tmp_path):
     assert rows and all("group_loss" not in r for r in rows)
     _, rows, _, _ = outputs(tmp_path, "fade_plain", **algorithm_sections("fade", {}))
     assert any("group_loss" in r for r in rows)  # the guard's statistic exists without DP
+
+
+def test_only_an_algorithms_public_extra_metrics_survive_dp(tmp_path):
+    """FADE's lambda and opt-out share are public and kept; FedDrop's local test accuracy and
+    ADDS-style costs are not declared public, so a DP run drops them (keys absent)."""
+    fade = algorithm_sections("fade", {"privacy": CLIENT})
+    _, rows, _, _ = outputs(tmp_path, "fade", **fade)
+    assert all({"lambda", "adversarial_users"} <= set(r) for r in rows)
+    feddrop_dp = algorithm_sections("feddrop", {"privacy": EXAMPLE})
+    _, rows, _, _ = outputs(tmp_path, "feddrop_dp", **feddrop_dp)
+    _, plain, _, _ = outputs(tmp_path, "feddrop", **algorithm_sections("feddrop", {}))
+    assert any("local_accuracy" in r for r in plain) and all("local_accuracy" not in r for r in rows)

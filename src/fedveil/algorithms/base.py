@@ -111,6 +111,14 @@ class Algorithm:
     # A setup phase before round 0: every client runs ``client_setup`` once and the server
     # gathers the contributions in ``finish_setup`` (FedFed's shared features).
     has_setup: ClassVar[bool] = False
+    # Extra client metrics that are no function of the client's rows (hyper-parameters, its
+    # budget's width, sizes fixed by the config) or only of its DP releases: a DP run keeps
+    # these and withholds every other ``extra_metrics`` key (privacy.keep_unnoised keeps all).
+    public_metrics: ClassVar[tuple[str, ...]] = ()
+
+    def is_public_metric(self, name: str) -> bool:
+        """Whether extra client metric ``name`` may be written by a DP run (:attr:`public_metrics`)."""
+        return name in self.public_metrics
 
     def __init__(self, params: AlgorithmParams, ctx: RunContext) -> None:
         self.hp = params

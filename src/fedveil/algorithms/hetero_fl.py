@@ -73,6 +73,7 @@ class HeteroFL(Algorithm):
     """HeteroFL; see the module docstring."""
 
     Params = HeteroFLParams
+    public_metrics = ("width_trained", "params_uploaded")  # set by the client's budget
     slimmable = False
 
     def __init__(self, params: HeteroFLParams, ctx: RunContext) -> None:

@@ -62,6 +62,10 @@ class IFCA(Algorithm):
     """G cluster models; silos privately pick one, train it, then optionally personalise towards it."""
 
     Params = IFCAParams
+
+    def is_public_metric(self, name: str) -> bool:
+        """The cluster shares: post-processing of the private (report-noisy-max) choices."""
+        return name.startswith("cluster_") and name.endswith("_share")
     has_personal_models = True
     has_global_model = False
 

@@ -95,6 +95,7 @@ class SplitMix(Algorithm):
     """Split-Mix FL (Alg. 4.1-4.3); see the module docstring."""
 
     Params = SplitMixParams
+    public_metrics = ("bases_trained", "params_uploaded")  # set by the client's budget
 
     def __init__(self, params: SplitMixParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

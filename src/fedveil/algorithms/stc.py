@@ -138,6 +138,7 @@ class STC(Algorithm):
     clients and server (Sattler et al. 2019)."""
 
     Params = STCParams
+    public_metrics = ("params_uploaded", "upload_bits")  # top-k of a fixed sparsity: sizes the config sets
 
     def __init__(self, params: STCParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

@@ -304,7 +304,8 @@ class Simulation:
         extra: dict[str, list[float]] = {}
         for r in results:
             for key, value in r.extra_metrics.items():
-                extra.setdefault(key, []).append(value)
+                if "client_extra_metrics" not in self.withheld or self.algorithm.is_public_metric(key):
+                    extra.setdefault(key, []).append(value)
         # average the clients' extra metrics only: epsilon_per_client is a list and stays one
         row.update({k: float(np.mean(v)) for k, v in extra.items()})
         return row
@@ -370,12 +371,15 @@ class Simulation:
         """What a DP run leaves out of its outputs by default: values computed from the private
         rows without noise, which its epsilon does not cover (``privacy.keep_unnoised``
         keeps them): the training loss of the private batches, per-client row counts and
-        scores (``client_metrics``), the partition's per-client counts, and at client level
-        the realised cohort size, which must stay secret for the sampling amplification."""
+        scores (``client_metrics``), the partition's per-client counts, the algorithm's
+        extra client metrics but its public ones (``Algorithm.public_metrics``), and at
+        client level the realised cohort size, which must stay secret for the sampling
+        amplification."""
         privacy = self.config.privacy
         if privacy.level == "none" or privacy.keep_unnoised:
             return ()
-        return ("train_loss", "client_metrics", "partition_counts") + (("cohort_size",) if privacy.level == "client" else ())
+        withheld = ("train_loss", "client_metrics", "partition_counts", "client_extra_metrics")
+        return withheld + (("cohort_size",) if privacy.level == "client" else ())
 
     @property
     def checkpoints_every_round(self) -> bool:
