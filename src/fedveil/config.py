@@ -162,6 +162,16 @@ class FederationConfig(_Section):
         "memory", description="where per-client state (SCAFFOLD controls, local models) is kept: all in memory, "
         "or one file per client under RUN_DIR/client_states so memory grows with the cohort, not the population"
     )
+    aggregation: Literal["mean", "median", "trimmed_mean"] = Field(
+        "mean", description="how the server combines the cohort's updates: the algorithm's (weighted) mean, or "
+        "robust to a few hostile clients: the coordinate-wise median or trimmed mean (weights ignored)"
+    )
+    trim_fraction: float = Field(
+        0.2, ge=0.0, lt=0.5, description="trimmed_mean: share of the cohort dropped at each end, per coordinate"
+    )
+    update_norm_bound: float | None = Field(
+        None, gt=0.0, description="scale every client's update to L2 norm <= this before aggregating (None: off)"
+    )
 
 
 class EvalConfig(_Section):
@@ -355,6 +365,12 @@ class RunConfig(_Section):
             raise ValueError(
                 "client.loss = masked_cross_entropy couples the examples of a batch (the mask is the batch's labels), "
                 "which per-example DP-SGD cannot bound; use cross_entropy with privacy.level = example"
+            )
+        robust = self.federation.aggregation != "mean" or self.federation.update_norm_bound is not None
+        if robust and self.privacy.level == "client":
+            raise ValueError(
+                "federation.aggregation / update_norm_bound: client-level DP already bounds every update (privacy.clip) "
+                "and noises their mean; robust aggregation would change the mechanism that is accounted"
             )
         cohort_epsilons = self.privacy.client_epsilons
         if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:

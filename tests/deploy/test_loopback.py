@@ -55,7 +55,7 @@ def test_mr_mtl_with_silo_dp_deployed_equals_the_simulation(tmp_path):
         assert summary[key] == sim_summary[key], key
     assert summary["epsilon_per_client"] == sim_summary["epsilon_per_client"]
     assert 0 < summary["epsilon"] <= 3.0 * (1 + 1e-6)
-    assert summary["deployment"] == {"transport": "loopback", "dropped": {}}
+    assert summary["deployment"] == {"transport": "loopback", "dropped": {}, "quarantined": {}}
     assert [r["survivors"] for r in recorder.rows] == [3, 3, 3, 3]
     assert len({round(e, 6) for e in summary["epsilon_per_client"]}) > 1  # silos spend what their own plan says
 

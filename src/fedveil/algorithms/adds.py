@@ -209,6 +209,7 @@ class ADDS(Algorithm):
 
     Params = ADDSParams
     supports_example_dp = False
+    submodel_messages = True  # each client uploads its subnet only
 
     def __init__(self, params: ADDSParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

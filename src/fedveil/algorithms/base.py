@@ -115,6 +115,10 @@ class Algorithm:
     # budget's width, sizes fixed by the config) or only of its DP releases: a DP run keeps
     # these and withholds every other ``extra_metrics`` key (privacy.keep_unnoised keeps all).
     public_metrics: ClassVar[tuple[str, ...]] = ()
+    # Messages carry parameter slices narrower than the model's (sub-models: HeteroFL, ADDS,
+    # FedDrop): a deployed server then checks a tensor named like a parameter for a shape no
+    # larger than it, instead of the exact shape.
+    submodel_messages: ClassVar[bool] = False
 
     def is_public_metric(self, name: str) -> bool:
         """Whether extra client metric ``name`` may be written by a DP run (:attr:`public_metrics`)."""
@@ -151,6 +155,16 @@ class Algorithm:
         ``configure_fit``): the state every client of ``cohort`` (in this order) receives and
         ``aggregate`` starts from, e.g. Split-Mix's choice of base models per client. It must
         depend only on its arguments, so a resumed run plans the same; default: unchanged."""
+        return server_state
+
+    def silo_view(self, server_state: State) -> State:
+        """What of a server state a deployed server sends the silos (the state ``configure_round``
+        planned, in a train request; the state after a round, in an evaluate request); the
+        server keeps the full state for ``aggregate`` and its checkpoints. Default: all of it.
+        An algorithm whose server state holds facts about individual silos that no client hook
+        reads (MR-MTL's per-silo weights, i.e. row counts) leaves them out here, so no silo
+        learns them; ``init_client``, ``client_update`` and ``personal_params`` must give the
+        same on the view as on the full state (the simulation passes the full state)."""
         return server_state
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:

@@ -41,6 +41,7 @@ class FedDrop(Algorithm):
     """See the module docstring."""
 
     Params = FedDropParams
+    submodel_messages = True  # each client uploads the sub-model it trained
 
     def __init__(self, params: FedDropParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

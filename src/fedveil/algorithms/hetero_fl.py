@@ -74,6 +74,7 @@ class HeteroFL(Algorithm):
 
     Params = HeteroFLParams
     public_metrics = ("width_trained", "params_uploaded")  # set by the client's budget
+    submodel_messages = True  # each client uploads the slice its width trained
     slimmable = False
 
     def __init__(self, params: HeteroFLParams, ctx: RunContext) -> None:

@@ -21,6 +21,8 @@ Decisions on the spec's discrepancies (§8):
   the w_bar they started from). That keeps w_bar = sum_S p_k w_k / sum_S p_k exactly also
   under partial participation; normalising by the cohort's weights instead would let w_bar
   drift. With every silo in every round, as in the paper, S is all silos from round 0 on.
+  The weights (with ``weighting = "samples"``, the silos' row counts) stay on the server:
+  a deployed server sends the silos only w_bar (:meth:`MRMTL.silo_view`).
 * ``aggregator = "peer"`` has each silo broadcast its model and every peer average the
   models it received (no trusted server: each w_k is already (eps_k, delta_k)-DP, so the
   mean costs no privacy, §1.3). It needs every silo in every round (the average of one
@@ -84,6 +86,11 @@ class MRMTL(Algorithm):
                 f"{len(cohort)} of {self.ctx.num_clients}); use aggregator = 'server' for partial participation"
             )
         return server_state
+
+    def silo_view(self, server_state: State) -> State:
+        """Everything but ``seen``: each silo's weight p_k is its row count under
+        ``weighting = "samples"``, which no other silo may learn (and no silo needs)."""
+        return {k: v for k, v in server_state.items() if k != "seen"}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
         start = client_state["params"]

@@ -12,6 +12,9 @@
 For a real consortium the CA is the consortium's (or a public one) and each silo makes its
 own key pair, sending only the ``.pub`` file; this command is the quick start for a test
 federation and for the end-to-end test.
+
+Private keys are created 0600 (never written first and chmod-ed after) and a folder this
+module creates is 0700 (:mod:`.private_files`); certificates and public keys are 0644.
 """
 from __future__ import annotations
 
@@ -24,16 +27,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .private_files import private_folder, write_private_bytes
+
 
 def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
 def _write_key(path: Path, key) -> None:
-    path.write_bytes(key.private_bytes(
+    write_private_bytes(path, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption(),
     ))
-    path.chmod(0o600)
 
 
 def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
@@ -48,8 +52,7 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
 
 def make_tls_files(out: str | Path, hosts: list[str], days: int = 365) -> dict[str, Path]:
     """Write ``ca.crt``, ``ca.key``, ``server.crt`` and ``server.key`` for ``hosts`` under ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_folder(out)
     now = datetime.datetime.now(datetime.timezone.utc)
     valid_from, valid_to = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -81,14 +84,12 @@ def make_tls_files(out: str | Path, hosts: list[str], days: int = 365) -> dict[s
 
 def make_node_keys(out: str | Path, name: str) -> tuple[Path, Path]:
     """An EC P-384 key pair for one SuperNode, OpenSSH format: (``out/name``, ``out/name.pub``)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_folder(out)
     key = ec.generate_private_key(ec.SECP384R1())
     private, public = out / name, out / f"{name}.pub"
-    private.write_bytes(key.private_bytes(
+    write_private_bytes(private, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption(),
     ))
-    private.chmod(0o600)
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
                        + f" {name}\n".encode())
     return private, public

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .private_files import private_folder
 
 FEDERATION = "local"
 READY_LINE = "Application startup complete"
@@ -102,8 +103,10 @@ class LocalFederation:
         self.silo_root = self.workdir / "silos" if self.silo_root is None else Path(self.silo_root).resolve()
         if self.auth and not self.tls:
             raise FederationError("node authentication needs TLS")
-        for sub in ("logs", "home/cli", "certs", "keys"):
+        for sub in ("logs", "home/cli"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("certs", "keys"):  # they hold private keys
+            private_folder(self.workdir / sub)
 
     # ------------------------------------------------------------------ processes
     def _env(self, home: str) -> dict[str, str]:

@@ -34,9 +34,10 @@ from ..runtime.initial_model import initial_params
 from ..runtime.recorder import MemoryRecorder, RunRecorder
 from ..runtime.round_metrics import summarize_client_scores
 from ..runtime.run_dir import RunDirError, config_fingerprint
-from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule
+from ..runtime.simulation import FederationShape, build_run_pieces, robust_messages_of, run_schedule
 from ..runtime.summary import build_summary
 from . import wire
+from .reply_check import InvalidReply, ReplyLimits, check_packed, check_train_reply
 from .silo import check_deployable
 
 Packed = tuple[dict[str, torch.Tensor], str]
@@ -78,6 +79,7 @@ class DeployedServer:
         self.schedule = run_schedule(self.config, self.shape.num_clients)
         self.init = initial_params(model_state(self.model), self.config.model.init_from, self.config.model.init_skip)
         self.score = score_name(self.shape.task)
+        self.limits = ReplyLimits.for_model(self.init, submodels=self.algorithm.submodel_messages)
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -91,7 +93,10 @@ class DeployedServer:
         if checkpoint is not None and checkpoint.get("fingerprint") != fingerprint:
             raise RunDirError(f"checkpoint in {recorder.where} belongs to another config; start a new run")
         if checkpoint is None:
-            state = {"round": 0, "server": self.algorithm.init_server(self.init), "elapsed_s": 0.0, "epsilon": {}}
+            state = {
+                "round": 0, "server": self.algorithm.init_server(self.init), "elapsed_s": 0.0, "epsilon": {},
+                "quarantined": {},
+            }
         else:
             state = checkpoint
         rows = recorder.rows_through(state["round"])
@@ -128,6 +133,7 @@ class DeployedServer:
         summary["deployment"] = {
             "transport": transport.name,
             "dropped": {str(r["round"]): r["dropped"] for r in rows if r.get("dropped")},
+            "quarantined": dict(state.get("quarantined", {})),
         }
         if self.algorithm.has_global_model:
             recorder.save_model(self.algorithm.global_params(state["server"]))
@@ -138,12 +144,16 @@ class DeployedServer:
         """Round ``round_idx`` in place on ``state``: plan, ask the reachable cohort, aggregate the survivors."""
         cohort = [int(c) for c in self.schedule[round_idx]]
         planned = self.algorithm.configure_round(state["server"], cohort, round_idx)
-        reachable = set(transport.reachable())
+        quarantined = state.setdefault("quarantined", {})
+        reachable = set(transport.reachable()) - {int(c) for c in quarantined}
         requests = {
-            cid: wire.pack({"round": round_idx, "client": cid, "server": planned}) for cid in cohort if cid in reachable
+            cid: wire.pack({"round": round_idx, "client": cid, "server": self.algorithm.silo_view(planned)})
+            for cid in cohort if cid in reachable
         }
         replies = transport.exchange("train", round_idx, requests) if requests else {}
-        dropped: dict[str, str] = {str(cid): "unreachable" for cid in cohort if cid not in reachable}
+        dropped: dict[str, str] = {
+            str(cid): "quarantined" if str(cid) in quarantined else "unreachable" for cid in cohort if cid not in reachable
+        }
         messages, losses, extra = [], [], {}
         for cid in cohort:
             reply = replies.get(cid)
@@ -152,7 +162,13 @@ class DeployedServer:
             if isinstance(reply, Failure):
                 dropped[str(cid)] = reply.reason
                 continue
-            value = wire.unpack(*reply, device=self.device)
+            try:
+                value = self.checked_reply(reply)
+                self.check_reported_epsilon(cid, value["epsilon"], state["epsilon"].get(str(cid)))
+            except (InvalidReply, wire.WireError) as err:
+                dropped[str(cid)] = f"invalid reply: {err}"
+                quarantined[str(cid)] = f"round {round_idx + 1}: {err}"
+                continue
             messages.append((cid, value["message"]))
             state["epsilon"][str(cid)] = value["epsilon"]
             if "person_epsilon" in value:
@@ -162,7 +178,7 @@ class DeployedServer:
             for key, v in value["extra_metrics"].items():
                 extra.setdefault(key, []).append(v)
         if messages:
-            state["server"] = self.algorithm.aggregate(planned, messages, round_idx)
+            state["server"] = self.algorithm.aggregate(planned, robust_messages_of(self.config, messages), round_idx)
         state["round"] = round_idx + 1
         row: dict[str, Any] = {
             "round": round_idx + 1, "cohort_size": len(cohort), "survivors": len(messages),
@@ -178,6 +194,26 @@ class DeployedServer:
         row.update({k: float(np.mean(v)) for k, v in extra.items()})
         return row
 
+    def checked_reply(self, reply: Packed) -> dict[str, Any]:
+        """A silo's train reply, unpacked once it passed :mod:`.reply_check` (raises InvalidReply)."""
+        check_packed(*reply, self.limits)
+        value = wire.unpack(*reply, device=self.device)
+        check_train_reply(value, self.limits)
+        return value
+
+    def check_reported_epsilon(self, cid: int, reported: float, before: float | None) -> None:
+        """A silo's epsilon after training, against what its plan allows: under example-level DP
+        it must have grown (it trained on its rows) and stay within its budget
+        (``privacy.client_epsilons[cid]`` or ``privacy.epsilon``), so a silo cannot report 0."""
+        privacy = self.config.privacy
+        if privacy.level != "example":
+            return
+        if reported <= (before or 0.0):
+            raise InvalidReply(f"epsilon {reported:.6g} did not grow from {before or 0.0:.6g} though the silo trained")
+        budget = privacy.client_epsilons[cid] if privacy.client_epsilons is not None else privacy.epsilon
+        if budget is not None and reported > budget * (1 + 1e-6):
+            raise InvalidReply(f"epsilon {reported:.6g} exceeds the silo's budget {budget:g}")
+
     def person_level_summary(self, reported: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The simulation's person-level keys from each silo's last reported person-level
         epsilon (None for a silo never heard from)."""
@@ -192,8 +228,8 @@ class DeployedServer:
         """Every reachable silo's scores of the global and its personal model, summarised
         under the simulation's names (``global_client_mse_mean``, ``personal_mse_mean``...);
         silos that do not answer are left out of this round's scores."""
-        request = wire.pack({"round": round_idx, "server": state["server"]})
-        silos = sorted(transport.reachable())
+        request = wire.pack({"round": round_idx, "server": self.algorithm.silo_view(state["server"])})
+        silos = sorted(set(transport.reachable()) - {int(c) for c in state.get("quarantined", {})})
         replies = transport.exchange("evaluate", round_idx, {cid: request for cid in silos}) if silos else {}
         answered = []
         for cid in silos:

@@ -24,6 +24,14 @@ leaves (so a silo that crashes and restarts continues from it):
   afresh from the state before it, and the release is recorded again (the ledger check
   then refuses it if the plan has no room).
 
+Every file is created 0600 and the state folder (with any missing parent) 0700
+(:mod:`.private_files`): only the silo's own account can read its states and ledger.
+
+Before training, a ``train`` request is checked and refused (:class:`SiloRefused`, one
+line, nothing trained, nothing recorded in the ledger) if it is for another silo or
+another round, or if any number in it is not finite (a NaN or infinite parameter would be
+trained on, spend budget and send back garbage).
+
 Privacy: the silo plans its own DP-SGD noise from its own row count and its rounds of the
 seeded client schedule, exactly as the simulation plans that client's, and checks its
 ledger against that plan after every round. With ``privacy.secure_rng = false`` the noise
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 import warnings
@@ -52,9 +61,10 @@ from ..runtime.device import federated_to, resolve_device, to_cpu
 from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
-from ..runtime.run_dir import atomic_write, config_fingerprint
+from ..runtime.run_dir import config_fingerprint
 from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule, training_task
 from . import wire
+from .private_files import private_folder, write_private
 from .silo_data import SiloDataError, load_silo, read_federation
 
 LEDGER_FILE = "ledger.pt"
@@ -73,6 +83,28 @@ def request_fingerprint(tensors: dict[str, torch.Tensor], skeleton: str) -> str:
         digest.update(key.encode())
         digest.update(tensors[key].contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def non_finite(value: Any, path: str = "") -> str | None:
+    """The path (``server/params/fc.weight``) of the first tensor with a NaN or infinite
+    entry, or the first such float, in an unpacked message; None when every number is finite."""
+    if isinstance(value, torch.Tensor):
+        if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+            return path or "message"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path or "message"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = non_finite(item, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def check_deployable(config: RunConfig, algorithm) -> None:
@@ -125,8 +157,7 @@ class Silo:
         self.evaluator = RoundEvaluator(
             self.algorithm, self.data, self.trainer, config.seed, ev.batch_size, ev.personal, ev.metrics, ev.group
         )
-        self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = private_folder(state_dir)
         self._load_ledger()
 
     @classmethod
@@ -156,7 +187,7 @@ class Silo:
     def _save_ledger(self) -> None:
         if self.privacy is not None:
             state = self.privacy.ledger.state_dict()
-            atomic_write(self.state_dir / LEDGER_FILE, lambda handle: torch.save(state, handle))
+            write_private(self.state_dir / LEDGER_FILE, lambda handle: torch.save(state, handle))
 
     def _round_file(self, round_idx: int) -> Path:
         return self.state_dir / f"round-{round_idx}.pt"
@@ -184,6 +215,12 @@ class Silo:
         request = wire.unpack(tensors, skeleton, self.device)
         if request.get("client") != self.client_id or request.get("round") != round_idx:
             raise SiloRefused(f"silo {self.client_id}: request for client {request.get('client')} round {request.get('round')}")
+        where = non_finite(request)
+        if where is not None:
+            raise SiloRefused(
+                f"silo {self.client_id} refuses round {round_idx + 1}: the request holds a non-finite value (NaN or "
+                f"infinity) at '{where}'; nothing is trained"
+            )
         client_state = self.state_before(round_idx)
         if client_state is None:
             client_state = self.algorithm.init_client(self.client_id, request["server"])
@@ -205,7 +242,7 @@ class Silo:
             "request": fingerprint, "client_state": to_cpu(result.state), "reply_tensors": reply_tensors,
             "reply_skeleton": reply_skeleton,
         }
-        atomic_write(self._round_file(round_idx), lambda handle: torch.save(record, handle))
+        write_private(self._round_file(round_idx), lambda handle: torch.save(record, handle))
         return reply_tensors, reply_skeleton
 
     def _account(self, task: ClientTask, result, round_idx: int) -> None:

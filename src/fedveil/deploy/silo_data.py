@@ -14,10 +14,13 @@ Each ``silo-<k>`` folder is then handed to silo k's machine; the server gets onl
 records writes each silo's file itself with :func:`save_silo` (the same tensors a
 loader gives: ``x``, ``y`` and optional ``groups`` per split).
 
-Files hold tensors only and are read with ``torch.load(weights_only=True)``.
+Files hold tensors only and are read with ``torch.load(weights_only=True)``. Everything
+this module writes is created 0600 in folders created 0700 (:mod:`.private_files`): a
+silo's rows are readable by the account that holds them only.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -30,8 +33,9 @@ from ..data.arrays import ArrayDataset
 from ..data.errors import DataError
 from ..data.federated import ClientData
 from ..runtime.dataset import build_dataset
-from ..runtime.run_dir import atomic_write, config_fingerprint, read_json, write_json
+from ..runtime.run_dir import config_fingerprint, read_json
 from ..runtime.simulation import FederationShape
+from .private_files import private_folder, write_private
 
 FEDERATION_FILE = "federation.json"
 SILO_FILE = "silo.pt"
@@ -55,11 +59,16 @@ def prepare_silos(config: RunConfig, out: str | os.PathLike) -> FederationShape:
     shape = FederationShape.of(data, config.model.name)
     fingerprint = config_fingerprint(config.model_dump(mode="json"))
     facts = {**asdict(shape), "input_shape": list(shape.input_shape), "fingerprint": fingerprint}
+    private_folder(out)
     for cid, client in enumerate(data.clients):
         save_silo(silo_folder(out, cid), cid, client, fingerprint)
-        write_json(silo_folder(out, cid) / FEDERATION_FILE, facts)  # each silo knows the federation's shape
-    write_json(out / FEDERATION_FILE, facts)
+        _write_facts(silo_folder(out, cid) / FEDERATION_FILE, facts)  # each silo knows the federation's shape
+    _write_facts(out / FEDERATION_FILE, facts)
     return shape
+
+
+def _write_facts(path: Path, facts: dict[str, Any]) -> None:
+    write_private(path, lambda handle: handle.write((json.dumps(facts, indent=2) + "\n").encode()))
 
 
 def read_federation(path: str | os.PathLike) -> tuple[FederationShape, str]:
@@ -85,15 +94,15 @@ def _split(ds: ArrayDataset | None) -> dict[str, Any] | None:
 
 
 def save_silo(folder: str | os.PathLike, client_id: int, data: ClientData, fingerprint: str = "") -> Path:
-    """Write silo ``client_id``'s rows (``data``) as ``folder/silo.pt``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write silo ``client_id``'s rows (``data``) as ``folder/silo.pt`` (0600; ``folder`` and
+    its missing parents are created 0700)."""
+    folder = private_folder(folder)
     payload = {
         "client_id": client_id, "fingerprint": fingerprint,
         "train": _split(data.train), "val": _split(data.val), "test": _split(data.test),
     }
     path = folder / SILO_FILE
-    atomic_write(path, lambda handle: torch.save(payload, handle))
+    write_private(path, lambda handle: torch.save(payload, handle))
     return path
 
 

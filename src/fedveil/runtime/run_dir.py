@@ -46,13 +46,15 @@ def config_fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write, mode: int | None = None) -> None:
     """Call ``write(handle)`` on a temporary file, fsync it and rename it to ``path``. The
     temporary name (``<name>.<random>.tmp``) is unique, so two processes writing the same
-    file (say, both re-scoring one finished run) never write into each other's."""
+    file (say, both re-scoring one finished run) never write into each other's. ``mode``
+    (e.g. ``0o600``): the file is created with exactly these permission bits, whatever the
+    umask (default: the umask's)."""
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
     try:
-        with open(tmp, "xb") as handle:
+        with _exclusive(tmp, mode) as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -60,6 +62,17 @@ def atomic_write(path: Path, write) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _exclusive(path: Path, mode: int | None):
+    """A new file opened for binary writing (``FileExistsError`` if it exists), ``mode`` exact."""
+    if mode is None:
+        return open(path, "xb")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    handle = os.fdopen(fd, "wb")
+    if hasattr(os, "fchmod"):  # never wider than created; adds back owner bits a umask took
+        os.fchmod(fd, mode)
+    return handle
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -41,6 +41,7 @@ from .report import write_report
 from .round_metrics import RoundEvaluator, check_metrics
 from .run_dir import RunDirError, config_fingerprint
 from .initial_model import initial_params
+from .robust import robust_messages
 from .sampling import client_schedule, secure_cohort
 from ..seeding import derive_seed, torch_generator
 from .summary import build_summary
@@ -128,6 +129,16 @@ def build_run_pieces(
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
     return factory, model, trainer, algorithm
+
+
+def robust_messages_of(config: RunConfig, messages: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """The cohort's messages as ``federation.aggregation`` / ``update_norm_bound`` make them
+    (:mod:`fedveil.runtime.robust`); unchanged for the plain mean."""
+    fed = config.federation
+    try:
+        return robust_messages(messages, fed.aggregation, fed.trim_fraction, fed.update_norm_bound)
+    except ValueError as err:
+        raise ConfigError(f"federation.aggregation: {err}") from None
 
 
 def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
@@ -288,7 +299,7 @@ class Simulation:
         if self.privacy is not None and self.privacy.server is not None:
             server, facts = self._client_level_update(planned, messages, round_idx)
         else:
-            server = self.algorithm.aggregate(planned, messages, round_idx)
+            server = self.algorithm.aggregate(planned, robust_messages_of(self.config, messages), round_idx)
         if self.privacy is not None:
             self.privacy.check_round(round_idx, cohort)
         state["server"], state["round"] = server, round_idx + 1
