@@ -98,6 +98,6 @@ def zero_epsilon(reply):
 def test_a_silo_that_reports_spending_nothing_under_dp_is_quarantined(tmp_path):
     privacy = {"level": "example", "epsilon": 3.0, "delta": 1e-5, "clip": 1.0}
     summary, recorder = run_with(tmp_path, "zero", zero_epsilon, privacy=privacy)
-    assert "did not grow" in summary["deployment"]["quarantined"][str(HOSTILE)]
+    assert "spent nothing" in summary["deployment"]["quarantined"][str(HOSTILE)]
     assert summary["epsilon_per_client"][HOSTILE] is None  # its report was never taken
     assert all(0 < e <= 3.0 * (1 + 1e-6) for c, e in enumerate(summary["epsilon_per_client"]) if c != HOSTILE)

@@ -31,7 +31,8 @@ from ..runtime.recorder import DirectoryRecorder
 from . import wire
 from .server import DeployedServer, Failure, Packed
 from .silo import Silo, SiloRefused
-from .silo_data import read_federation
+from .silo_data import read_federation, read_silo_keys
+from .silo_identity import load_silo_key, new_nonce, sign_claim, verify_claim
 
 QUERY = "query"  # message type: which silo is this node (train and evaluate are the server's request kinds)
 POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
@@ -56,31 +57,61 @@ def from_content(content: RecordDict) -> tuple[Packed, int | None]:
 
 class FlowerTransport:
     """:class:`~fedveil.deploy.server.Transport` over a Flower ``Grid``: silos are found by
-    asking every connected node which silo it is; a round waits ``timeout`` seconds for
-    replies, and a node that does not answer in time, or answers with an error, is dropped."""
+    asking every connected node which silo it is, proven with the silo's key
+    (:mod:`.silo_identity`) when ``silo_keys`` registers them; a round waits ``timeout``
+    seconds for replies, and a node that does not answer in time, or answers with an error,
+    is dropped."""
 
     name = "flower"
 
-    def __init__(self, grid: Grid, num_silos: int, timeout: float, wait_for: float = 60.0) -> None:
+    def __init__(
+        self, grid: Grid, num_silos: int, timeout: float, wait_for: float = 60.0, silo_keys: dict[int, str] | None = None,
+    ) -> None:
         self.grid, self.num_silos, self.timeout = grid, num_silos, timeout
+        self.silo_keys = silo_keys or {}
         self.node_of: dict[int, int] = {}  # silo id -> node id
+        self.refused: dict[int, str] = {}  # node id -> why its claim was refused
         self._discover(wait_for)
 
     def _discover(self, wait_for: float) -> None:
         """Ask every node which silo it is, until all silos answered or ``wait_for`` seconds passed."""
         deadline = time.monotonic() + wait_for
         while True:
-            asked = [n for n in self.grid.get_node_ids() if n not in self.node_of.values()]
+            asked = [n for n in self.grid.get_node_ids() if n not in self.node_of.values() and n not in self.refused]
             if asked:
+                nonces = {n: new_nonce() for n in asked}
                 replies = self.grid.send_and_receive(
-                    [Message(RecordDict({"meta": ConfigRecord({})}), n, QUERY) for n in asked], timeout=self.timeout,
+                    [Message(RecordDict({"meta": ConfigRecord({"nonce": nonces[n]})}), n, QUERY) for n in asked],
+                    timeout=self.timeout,
                 )
                 for reply in replies:
                     if not reply.has_error():
-                        self.node_of[int(reply.content["meta"]["silo"])] = reply.metadata.src_node_id
+                        self._claim(reply, nonces)
             if len(self.node_of) >= self.num_silos or time.monotonic() > deadline:
                 return
             time.sleep(0.5)
+
+    def _claim(self, reply: Message, nonces: dict[int, str]) -> None:
+        """Map the silo a node claims to it, if its signature proves the silo's key."""
+        node, meta = reply.metadata.src_node_id, reply.content["meta"]
+        try:
+            cid = int(meta["silo"])
+        except (KeyError, TypeError, ValueError):
+            self.refused[node] = "no silo id"
+            return
+        why = None
+        if cid in self.node_of:
+            why = f"claims silo {cid}, already served by node {self.node_of[cid]}"
+        elif self.silo_keys:
+            signature = str(meta.get("signature", ""))
+            key = self.silo_keys.get(cid)
+            if key is None or not verify_claim(key, signature, nonces.get(node, ""), cid, node):
+                why = f"claims silo {cid} without its key"
+        if why is not None:
+            self.refused[node] = why
+            LOG.warning("node %d %s: refused, it gets no request", node, why)
+            return
+        self.node_of[cid] = node
 
     def reachable(self) -> list[int]:
         connected = set(self.grid.get_node_ids())
@@ -119,7 +150,10 @@ def server_main(grid: Grid, context: Context) -> None:
     run = context.run_config
     config = validate(json.loads(str(run["config"])))
     shape, _ = read_federation(str(run["federation"]))
-    transport = FlowerTransport(grid, shape.num_clients, float(run.get("timeout", 120.0)))
+    keys = read_silo_keys(str(run["federation"]))
+    if not keys:
+        LOG.warning("federation.json registers no silo keys: a node's claim to be a silo is not checked")
+    transport = FlowerTransport(grid, shape.num_clients, float(run.get("timeout", 120.0)), silo_keys=keys)
     server = DeployedServer(config, shape)
     recorder = DirectoryRecorder.open(str(run["out"]), server.config_dict, resume=bool(run.get("resume", False)))
     server.run(transport, recorder)
@@ -150,7 +184,12 @@ def _silo(context: Context) -> Silo:
 @client_app.query()
 def query(message: Message, context: Context) -> Message:
     silo = _silo(context)
-    return Message(RecordDict({"meta": ConfigRecord({"silo": silo.client_id})}), reply_to=message)
+    meta: dict[str, Any] = {"silo": silo.client_id}
+    key = load_silo_key(str(context.node_config["silo-dir"]))
+    nonce = message.content["meta"].get("nonce") if "meta" in message.content else None
+    if key is not None and nonce is not None:
+        meta["signature"] = sign_claim(key, str(nonce), silo.client_id, context.node_id)
+    return Message(RecordDict({"meta": ConfigRecord(meta)}), reply_to=message)
 
 
 @client_app.train()

@@ -164,13 +164,13 @@ class DeployedServer:
                 continue
             try:
                 value = self.checked_reply(reply)
-                self.check_reported_epsilon(cid, value["epsilon"], state["epsilon"].get(str(cid)))
+                self.check_reported_epsilon(cid, value["epsilon"])
             except (InvalidReply, wire.WireError) as err:
                 dropped[str(cid)] = f"invalid reply: {err}"
                 quarantined[str(cid)] = f"round {round_idx + 1}: {err}"
                 continue
             messages.append((cid, value["message"]))
-            state["epsilon"][str(cid)] = value["epsilon"]
+            state["epsilon"][str(cid)] = max(value["epsilon"], state["epsilon"].get(str(cid), 0.0))
             if "person_epsilon" in value:
                 state.setdefault("person_epsilon", {})[str(cid)] = value["person_epsilon"]
             if value["loss"] is not None and not np.isnan(value["loss"]):
@@ -201,15 +201,16 @@ class DeployedServer:
         check_train_reply(value, self.limits)
         return value
 
-    def check_reported_epsilon(self, cid: int, reported: float, before: float | None) -> None:
+    def check_reported_epsilon(self, cid: int, reported: float) -> None:
         """A silo's epsilon after training, against what its plan allows: under example-level DP
-        it must have grown (it trained on its rows) and stay within its budget
-        (``privacy.client_epsilons[cid]`` or ``privacy.epsilon``), so a silo cannot report 0."""
+        it is positive (it trained on its rows: a silo cannot report 0) and within its budget
+        (``privacy.client_epsilons[cid]`` or ``privacy.epsilon``). A replayed reply may carry
+        an earlier, smaller figure: the server keeps the largest a silo reported."""
         privacy = self.config.privacy
         if privacy.level != "example":
             return
-        if reported <= (before or 0.0):
-            raise InvalidReply(f"epsilon {reported:.6g} did not grow from {before or 0.0:.6g} though the silo trained")
+        if reported <= 0.0:
+            raise InvalidReply(f"epsilon {reported:.6g} says the silo spent nothing, though it trained under DP")
         budget = privacy.client_epsilons[cid] if privacy.client_epsilons is not None else privacy.epsilon
         if budget is not None and reported > budget * (1 + 1e-6):
             raise InvalidReply(f"epsilon {reported:.6g} exceeds the silo's budget {budget:g}")

@@ -18,11 +18,11 @@ leaves (so a silo that crashes and restarts continues from it):
 
 * ``ledger.pt``: every noisy release the silo made, append-only;
 * ``round-<r>.pt``: the client state after round r, a fingerprint of round r's request
-  and the reply sent. A request the silo has already answered (the server resumed from
-  a checkpoint before that round, or lost the reply) gets the same reply again, which
-  releases nothing new; a *different* request for a round already trained is trained
-  afresh from the state before it, and the release is recorded again (the ledger check
-  then refuses it if the plan has no room).
+  and the reply sent. A round the silo has already answered gets the same reply again,
+  whatever the request (the server resumed from a checkpoint before that round, lost the
+  reply, or changed its aggregate since because another silo answered a round it had
+  missed): that releases nothing new. Training a round twice would spend its budget twice
+  and, once the ledger is above the plan, make the silo refuse every later round.
 
 Every file is created 0600 and the state folder (with any missing parent) 0700
 (:mod:`.private_files`): only the silo's own account can read its states and ledger.
@@ -210,7 +210,10 @@ class Silo:
         """Answer a packed ``train`` request for round ``round_idx``; returns the packed reply."""
         fingerprint = request_fingerprint(tensors, skeleton)
         done = self._record(round_idx)
-        if done is not None and done["request"] == fingerprint:
+        if done is not None:  # answered before: the same release again, whatever is asked now
+            if done["request"] != fingerprint:
+                warnings.warn(f"silo {self.client_id}: round {round_idx + 1} asked again with another request; "
+                              "replaying the reply it already sent", stacklevel=2)
             return done["reply_tensors"], done["reply_skeleton"]
         request = wire.unpack(tensors, skeleton, self.device)
         if request.get("client") != self.client_id or request.get("round") != round_idx:
@@ -257,7 +260,9 @@ class Silo:
         if result.releases:
             self.privacy.record_releases(self.client_id, result.releases)
         self._save_ledger()
-        spent, planned = self.epsilon(), self.planned_epsilon_through(round_idx)
+        # a round it missed, answered after later ones (a resumed server): the plan through the latest
+        latest = max([round_idx, *self._trained_rounds()])
+        spent, planned = self.epsilon(), self.planned_epsilon_through(latest)
         if spent > planned * (1 + PLAN_TOLERANCE):
             raise SiloRefused(
                 f"silo {self.client_id} refuses round {round_idx + 1}: its ledger has spent epsilon={spent:.4g}, more "

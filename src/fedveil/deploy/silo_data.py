@@ -36,6 +36,7 @@ from ..runtime.dataset import build_dataset
 from ..runtime.run_dir import config_fingerprint, read_json
 from ..runtime.simulation import FederationShape
 from .private_files import private_folder, write_private
+from .silo_identity import make_silo_key
 
 FEDERATION_FILE = "federation.json"
 SILO_FILE = "silo.pt"
@@ -62,6 +63,8 @@ def prepare_silos(config: RunConfig, out: str | os.PathLike) -> FederationShape:
     private_folder(out)
     for cid, client in enumerate(data.clients):
         save_silo(silo_folder(out, cid), cid, client, fingerprint)
+    facts["silo_keys"] = {str(cid): make_silo_key(silo_folder(out, cid)) for cid in range(shape.num_clients)}
+    for cid in range(shape.num_clients):
         _write_facts(silo_folder(out, cid) / FEDERATION_FILE, facts)  # each silo knows the federation's shape
     _write_facts(out / FEDERATION_FILE, facts)
     return shape
@@ -87,6 +90,17 @@ def read_federation(path: str | os.PathLike) -> tuple[FederationShape, str]:
         return shape, str(facts["fingerprint"])
     except (KeyError, TypeError, ValueError) as err:
         raise SiloDataError(f"{path}: malformed federation file ({err})") from None
+
+
+def read_silo_keys(path: str | os.PathLike) -> dict[int, str]:
+    """Each silo's registered public key (hex) from ``federation.json``; empty for a federation
+    prepared before silos had keys (their identity is then unchecked)."""
+    path = Path(path)
+    facts = read_json(path / FEDERATION_FILE if path.is_dir() else path)
+    try:
+        return {int(cid): str(key) for cid, key in (facts.get("silo_keys") or {}).items()}
+    except (TypeError, ValueError, AttributeError) as err:
+        raise SiloDataError(f"{path}: malformed silo_keys ({err})") from None
 
 
 def _split(ds: ArrayDataset | None) -> dict[str, Any] | None:
