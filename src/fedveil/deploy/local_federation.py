@@ -152,7 +152,7 @@ class LocalFederation:
                    "--ssl-keyfile", str(certs / "server.key")]
         self._write_cli_config()
         link = [_binary("flower-superlink"), *(tls or ["--insecure"]), "--host", "127.0.0.1", "--port", str(self.port),
-                "--disable-runtime-dependency-installation"]
+                "--disable-runtime-dependency-installation", "--database", str(self.workdir / "superlink.db")]
         if self.auth:
             link.append("--enable-supernode-auth")
         proc = self._spawn("superlink", link, "link")
