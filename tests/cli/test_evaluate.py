@@ -63,7 +63,10 @@ def test_cli_prints_one_row_per_width(split_mix_run, capsys):
     assert capsys.readouterr().out.strip().splitlines()[1].split()[0] == "x0.25"
 
 
-@pytest.mark.parametrize("width, message", [("2", "not in (0, 1]"), ("wide", "not a number"), ("0.1", "narrower than one base")])
+@pytest.mark.parametrize("width, message", [
+    ("2", "not in (0, 1]"), ("wide", "not a number"), ("0.1", "not one the model serves"),
+    ("0.3", "valid widths: 0.125, 0.25, 0.375, 0.5"),
+])
 def test_bad_widths_are_one_line_errors(split_mix_run, capsys, width, message):
     assert main(["evaluate", str(split_mix_run), "--width", width]) == 2
     err = capsys.readouterr().err

@@ -81,9 +81,9 @@ def test_noise_has_std_clip_times_sigma_on_the_sum():
 
 
 def test_bad_config():
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         TrainConfig(batch_size=0)
-    with pytest.raises(ValueError, match="clip > 0"):
+    with pytest.raises(ValueError, match="clip must be a number > 0"):
         TrainConfig(clip=0.0)
 
 

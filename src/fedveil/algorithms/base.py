@@ -52,6 +52,7 @@ class RunContext:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     noise: NoiseSource = field(default_factory=NoiseSource)  # the run's DP randomness: every mechanism's stream
     private: bool = False  # the run is under DP (any level): send nothing un-noised computed from the rows
+    data: dict[str, Any] = field(default_factory=dict)  # the config's data section, as config.json records it
 
 
 @dataclass

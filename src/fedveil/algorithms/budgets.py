@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Sequence
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import AlgorithmParams
 
@@ -36,6 +36,13 @@ class BudgetParams(AlgorithmParams):
         None, gt=0.0, le=1.0, description="width of the model the run evaluates (default: the whole model)"
     )
     weighting: Literal["samples", "uniform"] = Field("samples", description="averages weighted by |D_k|, or uniformly")
+
+    @field_validator("lognormal")
+    @classmethod
+    def _lognormal(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not (value[0] > 0 and value[1] > 0):
+            raise ValueError(f"(s, scale) must both lie in (0, inf), got {list(value)}")
+        return value
 
     @model_validator(mode="after")
     def _widths(self) -> "BudgetParams":

@@ -180,6 +180,13 @@ class Fade(FedAvg):
 
     def __init__(self, params: FadeParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)
+        for key in ("unlabelled_clients", "opt_out_clients"):
+            outside = [c for c in getattr(params, key) if not 0 <= c < ctx.num_clients]
+            if outside:
+                raise ConfigError(
+                    f"algorithm.{key}: client ids must lie in [0, {ctx.num_clients}) for {ctx.num_clients} clients, "
+                    f"got {outside}"
+                )
         names = [n for n, _ in ctx.trainer.model.named_parameters()]
         self.disc_names = [n for n in names if n.startswith(DISC_PREFIX)]
         buffers = [n for n, _ in ctx.trainer.model.named_buffers()]

@@ -150,14 +150,20 @@ class SharedFeatureParams(AlgorithmParams):
 
 def load_distiller(run_dir: str, ctx: RunContext) -> tuple[torch.nn.Module, Params]:
     """The phase-1 run's feature distiller (its ``config.json`` model, ``model.pt`` state) on
-    the run's device; a clear error when it is not a finished ``fedfed_vae`` run for this data."""
+    the run's device; a clear error when it is not a finished ``fedfed_vae`` run for this data
+    (same data set, clients, partition and seed: :func:`data_differences`)."""
     path = Path(run_dir)
     config_file, model_file = path / "config.json", path / "model.pt"  # fedveil.runtime.run_dir's layout
     if not config_file.is_file() or not model_file.is_file():
         raise ConfigError(f"algorithm.distiller: '{run_dir}' is not a finished fedveil run (needs config.json and model.pt)")
-    model_config = json.loads(config_file.read_text())["model"]
+    phase1 = json.loads(config_file.read_text())
+    model_config = phase1["model"]
     if model_config["name"] != "fedfed_vae":
         raise ConfigError(f"algorithm.distiller: '{run_dir}' trained model '{model_config['name']}', not a fedfed_vae distiller")
+    if "data" in phase1:  # every run's config.json has it; a bare model-only config is not compared
+        differs = [f"{key} {was!r} there, {now!r} here" for key, was, now in data_differences(phase1, ctx)]
+        if differs:
+            raise ConfigError(f"algorithm.distiller: '{run_dir}' ran on other data than this run: {'; '.join(differs)}")
     try:
         model = build_model("fedfed_vae", ctx.input_shape, ctx.num_classes, **model_config.get("options", {}))
         state = torch.load(model_file, map_location=ctx.device, weights_only=True)
@@ -165,6 +171,18 @@ def load_distiller(run_dir: str, ctx: RunContext) -> tuple[torch.nn.Module, Para
     except (ValueError, RuntimeError) as err:
         raise ConfigError(f"algorithm.distiller: '{run_dir}' does not fit this run's data: {err}") from None
     return model, state
+
+
+def data_differences(phase1: dict[str, Any], ctx: RunContext) -> list[tuple[str, Any, Any]]:
+    """``(key, phase 1's value, this run's)`` for each of the data set, client count,
+    partition settings and seed (which rows each client holds) that differ."""
+
+    def identity(data: dict[str, Any], seed: Any) -> dict[str, Any]:
+        partition = {f"data.partition.{k}": v for k, v in (data.get("partition") or {}).items()}
+        return {"data.name": data.get("name"), "data.num_clients": data.get("num_clients"), **partition, "seed": seed}
+
+    was, now = identity(phase1["data"], phase1.get("seed")), identity(ctx.data, ctx.seed)
+    return [(key, was.get(key), now.get(key)) for key in dict.fromkeys([*was, *now]) if was.get(key) != now.get(key)]
 
 
 def balanced_draw(labels: torch.Tensor, n: int, num_classes: int, generator: torch.Generator) -> torch.Tensor:

@@ -205,13 +205,21 @@ class SplitMix(Algorithm):
     def predict(self, model: nn.Module, state: P.Params, x: torch.Tensor) -> torch.Tensor:
         return self.predict_bases(state, x, self.test_bases)
 
+    def _served_bases(self, width: float) -> int:
+        """The bases of served width ``width``; a width not in :meth:`widths` is refused."""
+        n = round(width / self.base_width)
+        if not (1 <= n <= self.num_bases and math.isclose(n * self.base_width, width)):
+            served = ", ".join(f"{w:g}" for w in self.widths())
+            raise ConfigError(f"split_mix: width {width:g} is not one the model serves; valid widths: {served}")
+        return n
+
     def predict_at(self, state: P.Params, x: torch.Tensor, width: float) -> torch.Tensor:
         """Logits of the model customised to ``width`` (mean of the first width/r bases' logits)."""
-        return self.predict_bases(state, x, self._bases_for(width, "the width"))
+        return self.predict_bases(state, x, self._served_bases(width))
 
     def model_at(self, width: float) -> nn.Module:
         """The module of the model customised to ``width`` (for its parameter and MAC counts)."""
-        return self.mixers[self._bases_for(width, "the width")]
+        return self.mixers[self._served_bases(width)]
 
     def predict_bases(self, state: P.Params, x: torch.Tensor, n: int) -> torch.Tensor:
         return forward(self.mixers[n], rename_bases(state, {i: i for i in range(n)}), x)

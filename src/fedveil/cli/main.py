@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="reproduce a paper experiment")
     rep.add_argument("name", nargs="?", metavar="NAME")
     rep.add_argument("--list", action="store_true", help="list the registered reproductions")
-    rep.add_argument("--quick", action="store_true", help="a reduced run that finishes in a few minutes")
-    rep.add_argument("--out", help="output folder (default: results/<NAME>)")
+    rep.add_argument("--quick", action="store_true", help="a smoke test that finishes in a few minutes (no verdicts)")
+    rep.add_argument("--out", help="output folder (default: results/<NAME>; with --quick runs/reproduce-quick/<NAME>)")
     rep.add_argument(
         "--data-root", help="folder holding the data sets (default: $FEDVEIL_DATA or ~/.cache/fedveil)"
     )
@@ -480,11 +480,15 @@ def cmd_partitions(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..data.source import DATA_ENV_VAR
     from ..experiments import EXPERIMENTS, ExperimentContext, write_results
+    from ..experiments.registry import output_folder
 
     if args.list or not args.name:
         return _print_entries(EXPERIMENTS)
     experiment = EXPERIMENTS.get(args.name)
-    out = Path(args.out) if args.out else Path("results") / args.name
+    try:
+        out = output_folder(args.name, args.out, args.quick)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if args.data_root:
         root = Path(args.data_root)
     elif os.environ.get(DATA_ENV_VAR):

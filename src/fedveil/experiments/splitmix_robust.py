@@ -118,9 +118,10 @@ def run_joint(ctx: ExperimentContext, study: RobustStudy, progress: bool = True)
     for method, config, out in tqdm(jobs, desc="splitmix_robust (joint)", unit="run", disable=not progress,
                                     dynamic_ncols=True):
         run_once(config, out)
-        widths, lams = (list(WIDTHS), study.test_lambdas) if method == "splitmix_dat" else ([None], [None])
+        scale = study.joint_width  # WIDTHS are relative to the model's x1 (joint_width wide)
+        widths, lams = ([w * scale for w in WIDTHS], study.test_lambdas) if method == "splitmix_dat" else ([None], [None])
         for row in evaluate_saved(out, widths, lams=lams, attack=attack):
-            key = (row["width"], row["lam"]) if method == "splitmix_dat" else "budget_at"
+            key = (row["width"] / scale, row["lam"]) if method == "splitmix_dat" else "budget_at"
             cell = results.setdefault(key, {"sa": [], "ra": []})
             cell["sa"].append(row["accuracy"])
             cell["ra"].append(row["robust_accuracy"])

@@ -34,6 +34,17 @@ from .features import NUM_TRAIN_STARTS, TEST_START, SiloFeatures
 from .focal import focal_loss, focal_loss_grad
 
 
+# field: (integers only, valid value, the rule as the error states it)
+_TRAIN_RULES = {
+    "batch_size": (True, lambda v: v >= 1, "an integer >= 1"),
+    "lr": (False, lambda v: v > 0, "a number > 0"),
+    "clip": (False, lambda v: v > 0, "a number > 0"),
+    "noise_multiplier": (False, lambda v: v >= 0, "a number >= 0"),
+    "gamma": (False, lambda v: v >= 0, "a number >= 0 (focal loss)"),
+    "alpha": (False, lambda v: 0 <= v <= 1, "None or a number in [0, 1] (focal loss)"),
+}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """DP-SGD settings; defaults are the final submission's ([C2] ``CENTRAL_HPARAMS``)."""
@@ -46,10 +57,13 @@ class TrainConfig:
     alpha: float | None = 0.75  # focal loss; None with gamma = 0 is plain BCE
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.lr <= 0 or self.clip <= 0 or self.noise_multiplier < 0:
-            raise ValueError(f"need lr > 0, clip > 0, noise_multiplier >= 0; got {self.lr}, {self.clip}, {self.noise_multiplier}")
+        for name, (integer, ok, rule) in _TRAIN_RULES.items():
+            value = getattr(self, name)
+            if name == "alpha" and value is None:
+                continue
+            kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not ok(value):
+                raise ValueError(f"TrainConfig.{name} must be {rule}, got {value!r}")
 
 
 def per_example_grads(

@@ -233,6 +233,9 @@ def client_scores_figure(clients: list[dict[str, Any]], score: str, title: str =
     return fig
 
 
-def plot_client_scores(clients: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
-    """Write :func:`client_scores_figure` to ``path``."""
+def plot_client_scores(clients: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path | None:
+    """Write :func:`client_scores_figure` to ``path``; nothing (None) when no client has a
+    score (no client test split, ``data.test_fraction = 0``)."""
+    if not any(c.get(f"{kind}_{score}") is not None for c in clients for kind in ("global", "personal")):
+        return None
     return save(client_scores_figure(clients, score, title), path)

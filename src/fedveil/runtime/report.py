@@ -40,7 +40,8 @@ def write_report(path: str | Path) -> list[Path]:
     written += privacy_curve(run, rows, config, title)
     if run.file(CLIENT_METRICS_FILE).exists():
         clients = read_json(run.file(CLIENT_METRICS_FILE))
-        written.append(plot_client_scores(clients, score, run.file(CLIENT_SCORES_FILE), title))
+        png = plot_client_scores(clients, score, run.file(CLIENT_SCORES_FILE), title)
+        written += [] if png is None else [png]
     if run.file(PARTITION_FILE).exists():
         partition = read_json(run.file(PARTITION_FILE))
         if partition.get("label_counts"):

@@ -77,6 +77,7 @@ def evaluate_saved(
         raise ConfigError("--lam mixes dual batch norms: the run's model has none (train with model.options.norm = \"dual_...\")")
     if widths == "all":
         widths = algorithm.widths()
+    modules = {width: model if width is None else algorithm.model_at(width) for width in widths}  # refuses unserved widths
     states = {lam: params if lam is None else with_mix(params, lam) for lam in lams}
     # post average: each client's refreshed statistics, once per mix (every width slices them)
     refreshed = {lam: refreshed_per_client(sim, state, refresh_bn) for lam, state in states.items()} if refresh_bn > 0 else {}
@@ -85,11 +86,10 @@ def evaluate_saved(
         refreshed = {lam: locally_tracked(sim, kept, state) for lam, state in states.items()}
     rows = []
     for width in widths:
+        module = modules[width]
         if width is None:
-            predict, module = algorithm.predict, model
+            predict = algorithm.predict
         else:
-            module = algorithm.model_at(width)
-
             def predict(_model, state, x, width=width):
                 return algorithm.predict_at(state, x, width)
 

@@ -125,7 +125,7 @@ def build_run_pieces(
         num_clients=shape.num_clients, task=shape.task, num_classes=shape.num_classes, input_shape=shape.input_shape,
         rounds=config.federation.rounds, seed=config.seed, model_factory=factory, trainer=trainer, device=device,
         noise=NoiseSource.for_config(config.privacy.secure_rng) if noise is None else noise,
-        private=config.privacy.level != "none",
+        private=config.privacy.level != "none", data=config.data.model_dump(mode="json"),
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
     return factory, model, trainer, algorithm
