@@ -330,6 +330,10 @@ class RunConfig(_Section):
     device: str = Field(
         "auto", description="where the run computes: auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
     )
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads while the run trains; None: 1 for models under 1M parameters "
+        "(their kernels are too small to split, and extra threads only contend), else torch's default"
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

@@ -141,6 +141,17 @@ def robust_messages_of(config: RunConfig, messages: list[tuple[int, Any]]) -> li
         raise ConfigError(f"federation.aggregation: {err}") from None
 
 
+SMALL_MODEL_PARAMS = 1_000_000  # below: one torch thread (docs/executors.md#threads)
+
+
+def run_threads(threads: int | None, model: nn.Module, default: int) -> int:
+    """The run's torch CPU threads: ``threads`` when set, else 1 for a model of fewer than
+    :data:`SMALL_MODEL_PARAMS` parameters, else ``default`` (torch's)."""
+    if threads is not None:
+        return threads
+    return 1 if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS else default
+
+
 def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
     """The run's pre-generated cohorts, round by round (a simulation, a deployed server and
     every silo draw the same ones from the seed); a bad federation setting is a ConfigError."""
@@ -349,7 +360,16 @@ class Simulation:
     def record(self, recorder: RunRecorder | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
         """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
         what a run keeps (default: a :class:`MemoryRecorder`); returns the summary.
-        ``callbacks`` watch this call only, after :attr:`callbacks`."""
+        ``callbacks`` watch this call only, after :attr:`callbacks`. Torch's CPU threads are
+        set to :func:`run_threads`'s count meanwhile and restored after."""
+        before = torch.get_num_threads()
+        torch.set_num_threads(run_threads(self.config.threads, self.model, before))
+        try:
+            return self._record(recorder, callbacks)
+        finally:
+            torch.set_num_threads(before)
+
+    def _record(self, recorder: RunRecorder | None, callbacks: Sequence[Callback]) -> dict[str, Any]:
         recorder = MemoryRecorder() if recorder is None else recorder
         fingerprint = config_fingerprint(self.config_dict)
         checkpoint = recorder.load_checkpoint(self.device)
@@ -427,6 +447,7 @@ class Simulation:
         privacy_facts = self.privacy.summary() if self.privacy is not None else {}
         summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
         summary["device"] = str(self.device)
+        summary["torch_threads"] = torch.get_num_threads()
         if self.withheld:
             summary["withheld_unnoised"] = list(self.withheld)
             client_rows = [{"client": row["client"]} for row in client_rows]
