@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -421,6 +422,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     is resolved to the one setting of that name in the config (defaults included);
     an ambiguous or unknown bare key is an error that lists the candidates.
     """
+    file_algorithm = dict(raw.get("algorithm") or {})
     raw = _deep_copy(raw)
     bare: list[tuple[str, Any]] = []
     for item in overrides:
@@ -434,6 +436,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             _set_path(raw, tuple(key.split(".")), parse_value(text))
         else:
             bare.append((key, parse_value(text)))
+    _drop_other_algorithms_settings(raw, file_algorithm, overrides)
     if bare:
         try:
             resolved, invalid = validate(raw).model_dump(), None
@@ -478,6 +481,29 @@ def _new_component_param(resolved: dict[str, Any], key: str) -> tuple[str, ...]:
     if close:
         hint = " (did you mean " + " or ".join(f"'{n}'" for n in sorted(names) if n.rsplit(".", 1)[-1] == close[0]) + "?)"
     raise ConfigError(f"unknown setting '{key}'{hint}; write it with its section, e.g. federation.rounds=50")
+
+
+def _drop_other_algorithms_settings(raw: dict[str, Any], file_algorithm: dict[str, Any], overrides: list[str]) -> None:
+    """With ``algorithm.name=B`` overriding a file's algorithm A, the file's settings that B
+    does not take are dropped, with a warning naming them (``examples/adds_digits.toml
+    algorithm.name=feddrop`` then runs); settings given on the command line are kept."""
+    new, old = (raw.get("algorithm") or {}).get("name"), file_algorithm.get("name")
+    if new is None or old is None or new == old:
+        return
+    from .algorithms import ALGORITHMS
+    from .registry import UnknownNameError
+
+    try:
+        accepted = set(ALGORITHMS.get(str(new)).Params.model_fields)
+    except UnknownNameError:
+        return  # validation reports the unknown name
+    given = {item.split("=", 1)[0].strip().removeprefix("algorithm.") for item in overrides}
+    dropped = sorted(k for k in file_algorithm if k != "name" and k not in accepted and k not in given)
+    for key in dropped:
+        del raw["algorithm"][key]
+    if dropped:
+        warnings.warn(f"algorithm.name={new}: left out the file's {old} settings it does not take: {', '.join(dropped)}",
+                      stacklevel=3)
 
 
 def _deep_copy(tree: dict[str, Any]) -> dict[str, Any]:
