@@ -261,9 +261,10 @@ def check_evaluate(tmp: Path, out: str) -> None:
 
 
 def check_reproduce(tmp: Path, out: str) -> None:
-    results = tmp / "results" / "fedavg_mnist"
+    results = tmp / "runs" / "reproduce-quick" / "fedavg_mnist"  # scaled down by --quick: never over results/
     assert (results / "results.md").is_file() and (results / "results.json").is_file()
-    assert "# FedAvg on non-IID MNIST with McMahan et al.'s CNN" in out and "**Quick mode**" in out
+    assert not (tmp / "results").exists()
+    assert "# FedAvg on non-IID MNIST with McMahan et al.'s CNN" in out and "smoke test, not a reproduction" in out
     report = _json(results / "results.json")
     assert "pooled test accuracy" in json.dumps(report)
 
