@@ -44,7 +44,7 @@ def test_show_a_partitioner_a_model_and_a_data_set(fedveil_cli):
 def test_an_unknown_name_is_one_line_with_the_nearest_names(fedveil_cli):
     code, _, err = fedveil_cli("config", "show", "fedprx")
     assert code == 2 and err.count("\n") == 1
-    assert "no algorithm, partitioner, model, data set or noise schedule is called 'fedprx' (did you mean 'fedprox'" in err
+    assert "no algorithm, partitioner, model, data set, noise schedule or job is called 'fedprx' (did you mean 'fedprox'" in err
 
 
 def test_show_alone_prints_the_complete_default_config_as_toml(fedveil_cli):
@@ -86,3 +86,17 @@ def test_data_paths_in_a_config_file_are_read_from_its_folder(tmp_path, monkeypa
     path.write_text('[data]\nroot = "~/mnist"\n')
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_config(str(path)).data.root == str(tmp_path / "home" / "mnist")
+
+
+def test_config_show_ecos_prints_the_default_job_as_a_loadable_toml(tmp_path, capsys):
+    """``fedveil config show ecos`` covers the ECOS job (issue 36, item 6): its TOML loads back
+    to the defaults."""
+    from fedveil.cli.main import main
+    from fedveil.ecos.config import ecos_config_from_dict, load_ecos_config
+
+    assert main(["config", "show", "ecos"]) == 0
+    text = capsys.readouterr().out
+    assert "[ecos]" in text and "secure_rng = false" in text
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert load_ecos_config(path).to_dict() == ecos_config_from_dict({}).to_dict()

@@ -116,11 +116,25 @@ def params_table(params: list[Param], markdown: bool = False) -> str:
     )
 
 
+ECOS_JOB = "ecos"
+
+
+def ecos_job_toml() -> str:
+    """``fedveil config show ecos``: the default ECOS job (``fedveil ecos CONFIG``), every key."""
+    from ..ecos.config import ecos_config_from_dict
+
+    return ("# ECOS job: fedveil ecos CONFIG.toml [key=value ...]; sections and keys in docs/ecos.md\n"
+            + to_toml(ecos_config_from_dict({}).to_dict()))
+
+
 def show(name: str) -> str:
     """What ``name`` is (every kind that has a component of that name), its description and
-    its parameters; an unknown name is a ConfigError with the nearest names."""
+    its parameters, or ``ecos``'s default job; an unknown name is a ConfigError with the
+    nearest names."""
+    if name == ECOS_JOB:
+        return ecos_job_toml()
     parts = []
-    known: list[str] = []
+    known: list[str] = [ECOS_JOB]
     for kind in KINDS:
         registry = kind.registry()
         known += registry.names()
@@ -131,7 +145,7 @@ def show(name: str) -> str:
     if not parts:
         close = difflib.get_close_matches(name, known, n=3)
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-        raise ConfigError(f"no algorithm, partitioner, model, data set or noise schedule is called '{name}'{hint}")
+        raise ConfigError(f"no algorithm, partitioner, model, data set, noise schedule or job is called '{name}'{hint}")
     return "\n\n".join(parts)
 
 
