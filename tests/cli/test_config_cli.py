@@ -100,3 +100,16 @@ def test_config_show_ecos_prints_the_default_job_as_a_loadable_toml(tmp_path, ca
     path = tmp_path / "job.toml"
     path.write_text(text)
     assert load_ecos_config(path).to_dict() == ecos_config_from_dict({}).to_dict()
+
+
+def test_every_model_option_has_a_one_line_meaning():
+    """``fedveil config show MODEL`` says what each option does (issue 36, item 6): a model
+    registered with an option and no line in fedveil.models.option_notes fails here."""
+    import inspect
+
+    from fedveil.models import MODELS
+    from fedveil.models.option_notes import option_note
+
+    missing = [(e.name, option) for e in MODELS.entries()
+               for option in list(inspect.signature(e.obj).parameters)[2:] if not option_note(e.name, option)]
+    assert missing == []

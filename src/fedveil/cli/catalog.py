@@ -55,6 +55,16 @@ def _signature_params(fn: Callable, skip: tuple[str, ...]) -> list[Param]:
     return out
 
 
+def _model_params(fn: Callable) -> list[Param]:
+    """A model builder's options, each with its line from :mod:`fedveil.models.option_notes`."""
+    from ..models import MODELS
+    from ..models.option_notes import option_note
+
+    name = next(e.name for e in MODELS.entries() if e.obj is fn)
+    return [Param(p.name, p.type, p.default, option_note(name, p.name))
+            for p in _signature_params(fn, ("input_shape", "num_classes"))]
+
+
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "")
@@ -93,8 +103,7 @@ def _schedules() -> Registry:
 KINDS = (
     Kind("algorithm", _algorithms, "[algorithm] (name = ...)", lambda obj: _pydantic_params(obj.Params)),
     Kind("partitioner", _partitioners, "[data.partition] (name = ...)", lambda obj: _pydantic_params(obj.Params)),
-    Kind("model", _models, "[model] options = { ... }",
-         lambda fn: _signature_params(fn, ("input_shape", "num_classes"))),
+    Kind("model", _models, "[model] options = { ... }", _model_params),
     Kind("data set", _datasets, "[data] options = { ... }", lambda fn: _signature_params(fn, ("root", "download"))),
     Kind("noise schedule", _schedules, "[privacy.noise_schedule] (name = ...; R and T are set by the run)",
          lambda params: _pydantic_params(params, skip=("R", "T"))),
