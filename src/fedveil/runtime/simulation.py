@@ -28,6 +28,7 @@ from ..config import RunConfig
 from .dataset import build_dataset
 from ..data.federated import ClientData, FederatedDataset
 from ..models import build_model
+from ..models.complexity import count_params
 from ..params import Params
 from ..privacy.randomness import NoiseSource
 from .callbacks import Callback
@@ -149,7 +150,7 @@ def run_threads(threads: int | None, model: nn.Module, default: int) -> int:
     :data:`SMALL_MODEL_PARAMS` parameters, else ``default`` (torch's)."""
     if threads is not None:
         return threads
-    return 1 if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS else default
+    return 1 if count_params(model) < SMALL_MODEL_PARAMS else default
 
 
 def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
