@@ -75,8 +75,8 @@ def flower(config, work: Path) -> dict:
     start = time.perf_counter()
     shape = prepare_silos(config, work / "silos")
     app = write_flower_app(work / "app", config, work / "silos" / "federation.json", work / "server", timeout=120)
-    share = {k: {"share-metrics": True} for k in range(shape.num_clients)}
-    with LocalFederation(work / "flower", shape.num_clients, silo_root=work / "silos", node_configs=share) as fed:
+    share = {k: {"share_metrics": True} for k in range(shape.num_clients)}
+    with LocalFederation(work / "flower", shape.num_clients, silo_root=work / "silos", silo_options=share) as fed:
         fed.start(timeout=120)
         up = time.perf_counter() - start
         status = fed.wait(fed.submit(app), timeout=1200)

@@ -61,7 +61,7 @@ def test_the_app_carries_the_run_config_to_every_party(tmp_path):
                  "--server-out", "runs/server", "--timeout", "30", "--out", str(out)]) == 0
     project = tomllib.loads((out / "pyproject.toml").read_text())
     components = project["tool"]["flwr"]["app"]["components"]
-    assert components == {"serverapp": "fedveil.deploy.flower_app:server_app", "clientapp": "fedveil.deploy.flower_app:client_app"}
+    assert components == {"serverapp": "fedveil.deploy.flower_app:server_app", "clientapp": "fedveil.deploy.flower_client:client_app"}
     settings = project["tool"]["flwr"]["app"]["config"]
     sent = json.loads(settings["config"])
     assert sent == load_config(QUICKSTART, ["federation.rounds=2"]).model_dump(mode="json")

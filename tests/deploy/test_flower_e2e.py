@@ -1,9 +1,16 @@
 """End to end over Flower on loopback: a SuperLink with TLS and node authentication, three
-SuperNodes (one per School silo), MR-MTL with silo-specific DP; one silo is SIGKILLed
-mid-run. Bounded in time: every wait has a deadline, every process is stopped."""
+silos (a silo service and a SuperNode each, one per School silo), MR-MTL with silo-specific
+DP; one silo is SIGKILLed mid-run. Then a stranger who reaches the SuperLink submits a
+hostile app (``hostile_app/``) whose ClientApp tries to read the silos' rows. Where this
+process is root and ``nobody`` can run this Python, the SuperNodes run as ``nobody``, as the
+deployment guide sets a silo machine up, and the hostile app must get nothing; otherwise
+(one account) the test shows what the guide warns of: the app reads the files. Bounded in
+time: every wait has a deadline, every process is stopped."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -16,7 +23,7 @@ pytest.importorskip("flwr")
 from fedveil.deploy import DeployedServer, Silo, prepare_silos  # noqa: E402
 from fedveil.deploy.certificates import make_node_keys  # noqa: E402
 from fedveil.deploy.flower_project import write_flower_app  # noqa: E402
-from fedveil.deploy.local_federation import LocalFederation  # noqa: E402
+from fedveil.deploy.local_federation import LocalFederation, can_run_as  # noqa: E402
 from fedveil.deploy.loopback import LoopbackTransport  # noqa: E402
 from fedveil.deploy.silo_data import read_federation, silo_folder  # noqa: E402
 from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
@@ -25,6 +32,8 @@ from fedveil.runtime.simulation import Simulation  # noqa: E402
 from tests.runtime.tiny_runs import tiny_config, write_school  # noqa: E402
 
 KILLED = 2
+HOSTILE_APP = Path(__file__).parent / "hostile_app"
+NODE_USER = "nobody" if os.geteuid() == 0 and can_run_as("nobody") else None  # accounts need root to set up
 
 
 def school_config(root: Path):
@@ -53,19 +62,25 @@ def test_mr_mtl_over_flower_with_tls_and_node_auth_survives_a_killed_silo(tmp_pa
     prepare_silos(config, tmp_path / "silos")
     server_out = tmp_path / "server"
     app = write_flower_app(tmp_path / "app", config, tmp_path / "silos" / "federation.json", server_out, timeout=30)
-    shared = {k: {"share-metrics": True} for k in range(3)}  # the silos opt in to sending loss and scores
-    with LocalFederation(tmp_path / "fed", 3, silo_root=tmp_path / "silos", node_configs=shared) as fed:
+    shared = {k: {"share_metrics": True} for k in range(3)}  # the silos opt in to sending loss and scores
+    report = tmp_path / "hostile.json"
+    with LocalFederation(tmp_path / "fed", 3, silo_root=tmp_path / "silos", silo_options=shared, node_user=NODE_USER) as fed:
         fed.start(timeout=120)
         # a node whose key is not registered is refused and gives up
         intruder, _ = make_node_keys(tmp_path / "intruder", "intruder")
-        refused = fed.start_silo(9, key=intruder)
+        refused = fed.start_silo(9, key=intruder, with_service=False)
         assert refused.wait(timeout=120) == 1
         assert "Failed to activate SuperNode" in fed.log("silo-9").read_text()
         run_id = fed.submit(app)
         wait_for_rows(server_out / "metrics.jsonl", 1, timeout=300)
         fed.kill_silo(KILLED)
         status = fed.wait(run_id, timeout=400)
-    assert status == "finished:completed", fed.run_log(run_id)[-2000:]
+        assert status == "finished:completed", fed.run_log(run_id)[-2000:]
+        hostile = fed.submit(hostile_app(tmp_path / "hostile", config), {
+            "report": str(report), "silo-root": str(tmp_path / "silos"), "nodes": 2,
+        })
+        assert fed.wait(hostile, timeout=200) == "finished:completed", fed.run_log(hostile)[-2000:]
+    check_hostile_app(json.loads(report.read_text()), separated=NODE_USER is not None)
 
     rows = [json.loads(line) for line in (server_out / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((server_out / "summary.json").read_text())
@@ -101,3 +116,29 @@ def test_mr_mtl_over_flower_with_tls_and_node_auth_survives_a_killed_silo(tmp_pa
     deployed = torch.load(server_out / "model.pt", weights_only=True)
     assert deployed.keys() == recorder.model.keys()
     assert all(torch.equal(deployed[k], recorder.model[k]) for k in deployed)
+
+
+def hostile_app(folder: Path, config) -> Path:
+    """The hostile app, carrying the genuine run's config (as anyone who sees the genuine app has it)."""
+    shutil.copytree(HOSTILE_APP, folder)
+    genuine = json.dumps(json.dumps(config.model_dump(mode="json"), sort_keys=True))  # a TOML basic string
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('config = ""', f"config = {genuine}"))
+    return folder
+
+
+def check_hostile_app(found: list[dict], separated: bool) -> None:
+    """The stranger's ClientApp ran on both living silos. The silo service gave it nothing
+    beyond a silo id for the genuine config (which the server gets too). With the SuperNode
+    under its own account it could not open the silo folder; under the silo's account it can."""
+    assert len(found) == 2
+    for node in found:
+        if separated:
+            assert node["list_silo_root"] == "PermissionError"
+            assert set(node["read_rows"].values()) == {"PermissionError"}
+            assert set(node["read_key"].values()) == {"PermissionError"}
+        else:  # the guide's warning, shown: one account for both means no protection from the app
+            assert all(v.startswith("got") for v in node["read_rows"].values())
+        assert "unknown request 'dump'" in node["dump"]["refused"]
+        assert node["own_config"]["refused"].startswith("this silo's folder was prepared for another config")
+        assert node["genuine_config"]["reply"].keys() == {"silo"}  # no nonce asked, none signed

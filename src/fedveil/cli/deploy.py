@@ -3,6 +3,8 @@
 * ``prepare CONFIG --out DIR``: one folder per silo (its rows only) and ``federation.json``;
 * ``certs --out DIR``: a CA, the SuperLink's TLS certificate and the SuperNodes' key pairs;
 * ``app CONFIG --federation F --server-out D --out APP``: the Flower app folder for ``flwr run``;
+* ``silo --silo-dir D --socket S``: silo k's own service, the only process that opens its
+  folder; its SuperNode's ClientApp forwards every message to it over the socket ``S``;
 * ``local CONFIG --out DIR``: all of it on this machine's loopback (a SuperLink, one
   SuperNode per silo, TLS and node authentication), then the run and its summary.
 """
@@ -37,6 +39,15 @@ def add_parser(sub) -> None:
     app.add_argument("--timeout", type=float, default=120.0, help="seconds a round waits for silos (default 120)")
     app.add_argument("--out", required=True, help="app folder to write")
 
+    silo = steps.add_parser("silo", help="serve one silo's folder to its SuperNode over a local socket")
+    silo.add_argument("--silo-dir", required=True, help="the silo's folder from `fedveil deploy prepare`")
+    silo.add_argument("--socket", required=True, help="Unix socket path the SuperNode's node config names as silo-socket")
+    silo.add_argument("--socket-group", help="group allowed to connect (the SuperNode's account); default: this account only")
+    silo.add_argument("--state-dir", help="where its state and ledger persist (default SILO_DIR/state)")
+    silo.add_argument("--max-epsilon", type=float, help="refuse a run whose plan spends more epsilon")
+    silo.add_argument("--share-metrics", choices=["true", "false"],
+                      help="send training loss and test scores (not noised); default: only without DP")
+
     local = steps.add_parser("local", help="the whole federation on this machine's loopback, then the run")
     local.add_argument("items", nargs="+", metavar="CONFIG.toml [key=value ...]")
     local.add_argument("--out", required=True, help="folder for silos/, flower/ (logs, certificates), app/ and server/")
@@ -58,7 +69,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from ..deploy.silo import SiloRefused
 
     try:
-        return {"prepare": _prepare, "certs": _certs, "app": _app, "local": _local}[args.step](args)
+        return {"prepare": _prepare, "certs": _certs, "app": _app, "silo": _silo, "local": _local}[args.step](args)
     except (FederationError, SiloRefused) as err:
         print(f"fedveil: error: {err}", file=sys.stderr)
         return 2
@@ -87,6 +98,22 @@ def _app(args: argparse.Namespace) -> int:
 
     write_flower_app(args.out, _config(args.items), args.federation, args.server_out, args.timeout)
     print(f"wrote {Path(args.out) / 'pyproject.toml'}; start it with: flwr run {args.out} <superlink>")
+    return 0
+
+
+def _silo(args: argparse.Namespace) -> int:
+    import logging
+
+    from ..deploy.silo_service import SiloService
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    share = None if args.share_metrics is None else args.share_metrics == "true"
+    group = int(args.socket_group) if args.socket_group and args.socket_group.isdigit() else args.socket_group
+    service = SiloService(args.silo_dir, args.socket, args.state_dir, args.max_epsilon, share, group)
+    try:
+        service.serve()
+    except KeyboardInterrupt:
+        pass
     return 0
 
 

@@ -1,6 +1,7 @@
-"""fedveil over Flower: a ServerApp running :class:`~fedveil.deploy.server.DeployedServer`
-and a ClientApp running :class:`~fedveil.deploy.silo.Silo`, over Flower's SuperLink and
-SuperNodes (``pip install 'fedveil[flower]'``; docs/deployment.md has the set-up).
+"""fedveil over Flower: the ServerApp running :class:`~fedveil.deploy.server.DeployedServer`
+over Flower's SuperLink and SuperNodes (``pip install 'fedveil[flower]'``; docs/deployment.md
+has the set-up). Its ClientApp is :mod:`.flower_client`, which forwards each message to the
+silo's own service (:mod:`.silo_service`).
 
 Messages: every request and reply is one Flower ``Message`` whose ``RecordDict`` holds
 ``arrays`` (an ``ArrayRecord``: the tensors of :mod:`fedveil.deploy.wire`, by key) and
@@ -10,10 +11,9 @@ Messages: every request and reply is one Flower ``Message`` whose ``RecordDict``
 Run config (``flwr run ... --run-config``), read by the ServerApp: ``config`` (the run's
 config as JSON), ``federation`` (``federation.json``'s path), ``out`` (the server's run
 directory), ``resume`` (bool), ``timeout`` (seconds a round waits for replies).
-Node config (``flower-supernode --node-config``), read by the ClientApp: ``silo-dir`` (the
-silo's folder from ``fedveil deploy prepare``), optional ``state-dir``, ``max-epsilon`` (the
-silo refuses a plan that would spend more) and ``share-metrics`` (send the training loss
-and test scores, which are not noised; default: only without DP).
+Node config (``flower-supernode --node-config``), read by the ClientApp: ``silo-socket``
+(the silo service's socket); the silo's folder, state, ``max-epsilon`` and
+``share-metrics`` are the service's own settings (``fedveil deploy silo``).
 """
 from __future__ import annotations
 
@@ -23,16 +23,14 @@ import time
 from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
-from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..config import validate
 from ..runtime.recorder import DirectoryRecorder
 from . import wire
 from .server import DeployedServer, Failure, Packed
-from .silo import Silo, SiloRefused
 from .silo_data import read_federation, read_silo_keys
-from .silo_identity import load_silo_key, new_nonce, sign_claim, verify_claim
+from .silo_identity import new_nonce, verify_claim
 
 QUERY = "query"  # message type: which silo is this node (train and evaluate are the server's request kinds)
 POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
@@ -157,50 +155,3 @@ def server_main(grid: Grid, context: Context) -> None:
     server = DeployedServer(config, shape)
     recorder = DirectoryRecorder.open(str(run["out"]), server.config_dict, resume=bool(run.get("resume", False)))
     server.run(transport, recorder)
-
-
-client_app = ClientApp()
-_SILOS: dict[tuple[str, str], Silo] = {}  # a ClientApp process answers many messages: build the silo once
-
-
-def _silo(context: Context) -> Silo:
-    node = context.node_config
-    folder = str(node["silo-dir"])
-    config_json = str(context.run_config["config"])
-    key = (folder, config_json)
-    if key not in _SILOS:
-        config = validate(json.loads(config_json))
-        share = node.get("share-metrics")
-        silo = Silo.from_folder(config, folder, node.get("state-dir"), None if share is None else bool(share))
-        limit = node.get("max-epsilon")
-        if limit is not None and silo.privacy is not None:
-            planned = silo.planned_epsilon_through(config.federation.rounds - 1)
-            if planned > float(limit) * (1 + 1e-9):
-                raise SiloRefused(f"silo {silo.client_id}: the run's plan spends epsilon={planned:.4g} > its max-epsilon {limit}")
-        _SILOS[key] = silo
-    return _SILOS[key]
-
-
-@client_app.query()
-def query(message: Message, context: Context) -> Message:
-    silo = _silo(context)
-    meta: dict[str, Any] = {"silo": silo.client_id}
-    key = load_silo_key(str(context.node_config["silo-dir"]))
-    nonce = message.content["meta"].get("nonce") if "meta" in message.content else None
-    if key is not None and nonce is not None:
-        meta["signature"] = sign_claim(key, str(nonce), silo.client_id, context.node_id)
-    return Message(RecordDict({"meta": ConfigRecord(meta)}), reply_to=message)
-
-
-@client_app.train()
-def train(message: Message, context: Context) -> Message:
-    (tensors, skeleton), round_idx = from_content(message.content)
-    reply = _silo(context).train(round_idx, tensors, skeleton)
-    return Message(to_content(reply), reply_to=message)
-
-
-@client_app.evaluate()
-def evaluate(message: Message, context: Context) -> Message:
-    (tensors, skeleton), round_idx = from_content(message.content)
-    reply = _silo(context).evaluate(round_idx, tensors, skeleton)
-    return Message(to_content(reply), reply_to=message)

@@ -61,7 +61,7 @@ def write_flower_app(
         "",
         "[tool.flwr.app.components]",
         'serverapp = "fedveil.deploy.flower_app:server_app"',
-        'clientapp = "fedveil.deploy.flower_app:client_app"',
+        'clientapp = "fedveil.deploy.flower_client:client_app"',
         "",
         "[tool.flwr.app.config]",
         *(f"{key} = {_toml_value(value)}" for key, value in settings.items()),

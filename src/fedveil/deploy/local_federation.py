@@ -1,28 +1,34 @@
-"""A whole Flower federation on this machine's loopback: one SuperLink and one SuperNode
-per silo, each its own process, with TLS and node authentication on by default
-(``fedveil deploy local``; the end-to-end test). It drives the same binaries and the same
+"""A whole Flower federation on this machine's loopback: one SuperLink, and per silo its
+silo service (:mod:`.silo_service`) and its SuperNode, each its own process, with TLS and
+node authentication on by default (``fedveil deploy local``; the end-to-end test). It drives the same binaries and the same
 ``flwr`` CLI steps a consortium runs on separate machines (docs/deployment.md), so what
 works here is the recipe there.
 
 Every process gets its own ``FLWR_HOME`` and log file under the work folder and runs in
-its own session, so :meth:`LocalFederation.kill_silo` can SIGKILL a silo's SuperNode with
-everything it started, and :meth:`LocalFederation.stop` leaves nothing behind.
+its own session, so :meth:`LocalFederation.kill_silo` can SIGKILL a silo's processes with
+everything they started, and :meth:`LocalFederation.stop` leaves nothing behind. With
+``node_user`` (run as root) the SuperNodes, and so every ClientApp, run as that account,
+which can reach the silo service's socket but not the silo's folder: the separation the
+deployment guide asks of a silo machine.
 """
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .private_files import private_folder
+from .silo_service import READY
 
 FEDERATION = "local"
 READY_LINE = "Application startup complete"
@@ -77,6 +83,20 @@ def signal_processes(members: list[tuple[int, int]], sig: int) -> None:
                 pass
 
 
+def can_run_as(user: str) -> bool:
+    """Whether account ``user`` can run this interpreter and import fedveil and Flower (an
+    interpreter under a 0700 home folder, say, it cannot); needs root to ask."""
+    try:
+        account = pwd.getpwnam(user)
+        done = subprocess.run(
+            [sys.executable, "-c", "import flwr, fedveil.deploy.silo_socket"], user=account.pw_uid,
+            group=account.pw_gid, extra_groups=[], cwd="/", capture_output=True, timeout=120,
+        )
+    except (KeyError, OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 def _binary(name: str) -> str:
     """A Flower executable: beside this interpreter (a virtual environment), else on PATH."""
     here = Path(sys.executable).parent / name
@@ -93,7 +113,8 @@ class LocalFederation:
     tls: bool = True
     auth: bool = True
     silo_root: Path | None = None  # the folders of `fedveil deploy prepare` (default: workdir/silos)
-    node_configs: dict[int, dict[str, Any]] = field(default_factory=dict)  # extra node config per silo
+    silo_options: dict[int, dict[str, Any]] = field(default_factory=dict)  # per silo: `fedveil deploy silo` flags
+    node_user: str | None = None  # run every SuperNode (and its ClientApps) as this account; needs root
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[int, int] = field(default_factory=dict)
@@ -105,12 +126,44 @@ class LocalFederation:
             raise FederationError("node authentication needs TLS")
         for sub in ("logs", "home/cli"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
-        for sub in ("certs", "keys"):  # they hold private keys
+        for sub in ("certs", "keys", "sockets"):  # private keys; sockets only this account may use
             private_folder(self.workdir / sub)
+        self.node_root: Path | None = None
+        if self.node_user is not None:
+            if os.geteuid() != 0:
+                raise FederationError("node_user: starting SuperNodes as another account needs root")
+            self._account = pwd.getpwnam(self.node_user)
+            if not can_run_as(self.node_user):
+                raise FederationError(
+                    f"node_user: '{self.node_user}' cannot run {sys.executable} with fedveil and Flower (a folder "
+                    "on its path is closed to other accounts); install them where that account can read them"
+                )
+            self.node_root = Path(tempfile.mkdtemp(prefix="fedveil-nodes-"))
+            os.chmod(self.node_root, 0o711)  # the node account may pass through, not list
 
     # ------------------------------------------------------------------ processes
-    def _env(self, home: str) -> dict[str, str]:
-        path = self.workdir / "home" / home
+    def _node_dir(self, k: int) -> Path:
+        """Silo ``k``'s node folder: FLWR_HOME, key and certificate copies, the service socket;
+        owned by ``node_user`` when set."""
+        if self.node_root is None:
+            return self.workdir / "home" / f"silo-{k}"
+        path = self.node_root / f"silo-{k}"
+        for folder in (path, path / "flwr"):
+            if not folder.exists():
+                folder.mkdir(mode=0o700)
+                os.chown(folder, self._account.pw_uid, self._account.pw_gid)
+        return path
+
+    def _give_node(self, k: int, source: Path) -> Path:
+        """A copy of ``source`` in silo ``k``'s node folder, owned by the node account (0600)."""
+        target = self._node_dir(k) / source.name
+        shutil.copyfile(source, target)
+        os.chown(target, self._account.pw_uid, self._account.pw_gid)
+        os.chmod(target, 0o600)
+        return target
+
+    def _env(self, home: str | Path) -> dict[str, str]:
+        path = Path(home) if isinstance(home, Path) else self.workdir / "home" / home
         path.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, FLWR_HOME=str(path), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # flwr-serverapp / -clientapp
@@ -119,9 +172,13 @@ class LocalFederation:
     def log(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
 
-    def _spawn(self, name: str, args: list[str], home: str) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], home: str | Path, as_node: bool = False) -> subprocess.Popen:
         handle = open(self.log(name), "ab")
-        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=self._env(home), start_new_session=True)
+        env, account = self._env(home), {}
+        if as_node and self.node_root is not None:
+            env["HOME"] = str(home)
+            account = {"user": self._account.pw_uid, "group": self._account.pw_gid, "extra_groups": []}
+        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True, **account)
         handle.close()
         self.processes[name] = proc
         return proc
@@ -135,8 +192,11 @@ class LocalFederation:
                 raise FederationError(f"{what}: not done after {timeout:.0f} s (logs in {self.workdir / 'logs'})")
             time.sleep(0.2)
 
+    def _lines(self, name: str, text: str) -> int:
+        return self.log(name).read_text(errors="replace").count(text) if self.log(name).exists() else 0
+
     def _link_lines(self, text: str) -> int:
-        return self.log("superlink").read_text(errors="replace").count(text) if self.log("superlink").exists() else 0
+        return self._lines("superlink", text)
 
     # ------------------------------------------------------------------ set-up
     def start(self, timeout: float = 60.0) -> "LocalFederation":
@@ -186,16 +246,41 @@ class LocalFederation:
             raise FederationError(f"registering {public_key.name}: {out}")
         return int(out["node-id"])
 
-    def start_silo(self, k: int, node_config: dict[str, Any] | None = None, key: Path | None = None) -> subprocess.Popen:
-        """Start silo ``k``'s SuperNode (again, after a kill: same key, same node config)."""
-        self.node_ports.setdefault(k, free_port())
-        config = {"silo-dir": str(self.silo_dir(k)), **(node_config or self.node_configs.get(k, {}))}
-        args = [_binary("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", "--port", str(self.node_ports[k]),
-                "--node-config", " ".join(f"{name}={json.dumps(value)}" for name, value in config.items())]
-        args += ["--root-certificates", str(self.workdir / "certs" / "ca.crt")] if self.tls else ["--insecure"]
+    def start_silo(self, k: int, key: Path | None = None, with_service: bool = True, timeout: float = 60.0) -> subprocess.Popen:
+        """Start silo ``k``'s service, unless it runs or ``with_service`` is false (a node
+        without a silo), then its SuperNode (again, after a kill: same key, same options);
+        returns the SuperNode's process."""
+        socket_path = self.socket(k)
+        service = self.processes.get(f"service-{k}")
+        if with_service and (service is None or service.poll() is not None):
+            ready = self._lines(f"service-{k}", READY)
+            service = self._spawn(f"service-{k}", self._service_args(k, socket_path), f"service-{k}")
+            self._wait_for(f"silo {k}'s service", lambda: self._lines(f"service-{k}", READY) > ready, timeout, service)
+        home = self._node_dir(k)
+        args = [_binary("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", "--port", str(self.node_ports.setdefault(k, free_port())),
+                "--node-config", f"silo-socket={json.dumps(str(socket_path))}"]
+        ca = self.workdir / "certs" / "ca.crt"
+        if self.tls:
+            args += ["--root-certificates", str(self._give_node(k, ca) if self.node_root else ca)]
+        else:
+            args += ["--insecure"]
         if self.auth or key is not None:
-            args += ["--auth-supernode-private-key", str(key or self.workdir / "keys" / f"node-{k}")]
-        return self._spawn(f"silo-{k}", args, f"silo-{k}")
+            private = key or self.workdir / "keys" / f"node-{k}"
+            args += ["--auth-supernode-private-key", str(self._give_node(k, private) if self.node_root else private)]
+        return self._spawn(f"silo-{k}", args, home / "flwr" if self.node_root else home, as_node=True)
+
+    def _service_args(self, k: int, socket_path: Path) -> list[str]:
+        args = [sys.executable, "-m", "fedveil", "deploy", "silo", "--silo-dir", str(self.silo_dir(k)), "--socket", str(socket_path)]
+        if self.node_root is not None:
+            args += ["--socket-group", str(self._account.pw_gid)]
+        for name, value in self.silo_options.get(k, {}).items():
+            flag = "--" + name.replace("_", "-")
+            args += [flag, json.dumps(value) if isinstance(value, bool) else str(value)]
+        return args
+
+    def socket(self, k: int) -> Path:
+        """Silo ``k``'s service socket (in its node folder when SuperNodes run as ``node_user``)."""
+        return (self._node_dir(k) if self.node_root else self.workdir / "sockets") / f"silo-{k}.sock"
 
     def silo_dir(self, k: int) -> Path:
         return self.silo_root / f"silo-{k}"
@@ -206,7 +291,10 @@ class LocalFederation:
         args = ["run", str(app), FEDERATION, "--format", "json"]
         if run_config:
             args += ["--run-config", " ".join(f"{k}={json.dumps(v)}" for k, v in run_config.items())]
-        return int(json.loads(self.flwr(*args))["run-id"])
+        out = json.loads(self.flwr(*args))
+        if not out.get("success"):
+            raise FederationError(f"flwr run {app}: {str(out.get('error-message', out)).strip()[-400:]}")
+        return int(out["run-id"])
 
     def status(self, run_id: int) -> str:
         runs = json.loads(self.flwr("ls", FEDERATION, "--run-id", str(run_id), "--format", "json"))["runs"]
@@ -228,11 +316,12 @@ class LocalFederation:
 
     # ------------------------------------------------------------------ faults and clean-up
     def kill_silo(self, k: int) -> None:
-        """SIGKILL silo ``k``'s SuperNode and everything it started (its ClientApp)."""
-        proc = self.processes.get(f"silo-{k}")
-        if proc is not None and proc.poll() is None:
-            signal_processes(process_tree(proc.pid), signal.SIGKILL)
-            proc.wait(timeout=10)
+        """SIGKILL silo ``k``'s SuperNode and service, and everything they started (its ClientApp)."""
+        for name in (f"silo-{k}", f"service-{k}"):
+            proc = self.processes.get(name)
+            if proc is not None and proc.poll() is None:
+                signal_processes(process_tree(proc.pid), signal.SIGKILL)
+                proc.wait(timeout=10)
 
     def stop(self) -> None:
         """End every process started here and everything they started."""
@@ -247,6 +336,8 @@ class LocalFederation:
                 pass
         for members in trees.values():  # whatever ignored SIGTERM
             signal_processes(members, signal.SIGKILL)
+        if self.node_root is not None:
+            shutil.rmtree(self.node_root, ignore_errors=True)
 
     def __enter__(self) -> "LocalFederation":
         return self
