@@ -10,8 +10,8 @@ algorithm's message (a model update and the row count its weighting needs) and t
 epsilon (with ``privacy.records_per_person`` > 1 also its person-level epsilon and how it
 was accounted), never a row, a label, a group attribute or anything per example. The
 training loss and the test scores are computed from the silo's rows without noise, so
-under DP a silo sends them only when it opts in (``share_metrics``; Flower node config
-``share-metrics=true``); without DP it sends them by default.
+under DP a silo sends them only when it opts in (``share_metrics``; ``fedveil deploy silo
+--share-metrics true``); without DP it sends them by default.
 
 Everything that persists lives in the silo's state folder, written before the reply
 leaves (so a silo that crashes and restarts continues from it):
