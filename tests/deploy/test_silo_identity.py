@@ -91,3 +91,35 @@ def test_signatures_bind_nonce_silo_and_node(tmp_path):
     assert not verify_claim(public, signature, "n1", 1, 8)  # another node
     assert not verify_claim(public, "zz", "n1", 1, 7)  # garbage
     assert oct((silo_folder(tmp_path / "fed", 1) / "silo_identity.key").stat().st_mode & 0o777) == "0o600"
+
+
+class FlakyGrid(FakeGrid):
+    """A grid whose node 21 is listed offline for the first ``offline_polls`` listings after discovery."""
+
+    def __init__(self, nodes, offline_polls):
+        super().__init__(nodes)
+        self.offline_polls, self.listings = offline_polls, 0
+
+    def get_node_ids(self):
+        self.listings += 1
+        if 1 < self.listings <= 1 + self.offline_polls:
+            return [n for n in self.nodes if n != 21]
+        return list(self.nodes)
+
+
+def test_a_silo_listed_offline_for_a_moment_after_answering_is_waited_for(tmp_path, monkeypatch):
+    """After a SuperLink restart Flower lists a node offline until its next heartbeat; a silo
+    that has just answered is waited for (the resumed run over Flower lost it otherwise),
+    one that failed its last request is not."""
+    import fedveil.deploy.flower_app as flower_app
+
+    monkeypatch.setattr(flower_app, "POLL_S", 0.0)
+    prepare_silos(tiny_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
+    keys = read_silo_keys(tmp_path / "fed")
+    nodes = {11: genuine(silo_folder(tmp_path / "fed", 0), 0), 21: genuine(silo_folder(tmp_path / "fed", 1), 1)}
+    grid = FlakyGrid(nodes, offline_polls=5)
+    transport = FlowerTransport(grid, 2, timeout=5.0, wait_for=0.0, silo_keys=keys)
+    assert transport.reachable() == [0, 1] and grid.listings == 7  # listed offline 5 times, then back
+    transport.answered_last.discard(1)  # silo 1 failed its last request: no waiting for it
+    grid.listings, grid.offline_polls = 1, 10**9
+    assert transport.reachable() == [0] and grid.listings == 2

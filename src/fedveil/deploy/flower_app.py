@@ -34,6 +34,7 @@ from .silo_identity import new_nonce, verify_claim
 
 QUERY = "query"  # message type: which silo is this node (train and evaluate are the server's request kinds)
 POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
+RECONNECT_GRACE_S = 30.0  # how long a round waits for a silo that answered last time but is listed offline
 LOG = logging.getLogger("fedveil.deploy")
 
 
@@ -58,7 +59,10 @@ class FlowerTransport:
     asking every connected node which silo it is, proven with the silo's key
     (:mod:`.silo_identity`) when ``silo_keys`` registers them; a round waits ``timeout``
     seconds for replies, and a node that does not answer in time, or answers with an error,
-    is dropped."""
+    is dropped. A silo that answered its last request but whose node Flower lists offline
+    (a SuperLink restarted on its database marks nodes offline until their next heartbeat,
+    up to about 20 s later) is waited for up to ``RECONNECT_GRACE_S`` before the round
+    goes on without it; a silo that failed its last request is not waited for."""
 
     name = "flower"
 
@@ -70,6 +74,7 @@ class FlowerTransport:
         self.node_of: dict[int, int] = {}  # silo id -> node id
         self.refused: dict[int, str] = {}  # node id -> why its claim was refused
         self._discover(wait_for)
+        self.answered_last = set(self.node_of)  # silos whose last request (or the query) was answered
 
     def _discover(self, wait_for: float) -> None:
         """Ask every node which silo it is, until all silos answered or ``wait_for`` seconds passed."""
@@ -112,8 +117,13 @@ class FlowerTransport:
         self.node_of[cid] = node
 
     def reachable(self) -> list[int]:
-        connected = set(self.grid.get_node_ids())
-        return sorted(cid for cid, node in self.node_of.items() if node in connected)
+        deadline = time.monotonic() + min(self.timeout, RECONNECT_GRACE_S)
+        while True:
+            connected = set(self.grid.get_node_ids())
+            waiting = [cid for cid in self.answered_last if self.node_of[cid] not in connected]
+            if not waiting or time.monotonic() > deadline:
+                return sorted(cid for cid, node in self.node_of.items() if node in connected)
+            time.sleep(POLL_S)
 
     def exchange(self, kind: str, round_idx: int, requests: dict[int, Packed]) -> dict[int, Packed | Failure]:
         messages = [
@@ -137,6 +147,8 @@ class FlowerTransport:
                     out[cid] = from_content(reply.content)[0]
             if waiting:
                 time.sleep(POLL_S)
+        answered = {cid for cid, reply in out.items() if not isinstance(reply, Failure)}
+        self.answered_last = (self.answered_last - set(requests)) | answered
         return out
 
 

@@ -211,12 +211,7 @@ class LocalFederation:
             tls = ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile", str(certs / "server.crt"),
                    "--ssl-keyfile", str(certs / "server.key")]
         self._write_cli_config()
-        link = [_binary("flower-superlink"), *(tls or ["--insecure"]), "--host", "127.0.0.1", "--port", str(self.port),
-                "--disable-runtime-dependency-installation", "--database", str(self.workdir / "superlink.db")]
-        if self.auth:
-            link.append("--enable-supernode-auth")
-        proc = self._spawn("superlink", link, "link")
-        self._wait_for("SuperLink start", lambda: self._link_lines(READY_LINE) > 0, timeout, proc)
+        self._start_link(tls, timeout)
         if self.auth:
             for k in range(self.num_silos):
                 _, public = make_node_keys(self.workdir / "keys", f"node-{k}")
@@ -225,6 +220,26 @@ class LocalFederation:
             self.start_silo(k)
         self._wait_for(f"{self.num_silos} SuperNodes active", lambda: self._link_lines(ACTIVATED_LINE) >= self.num_silos, timeout)
         return self
+
+    def _start_link(self, tls: list[str], timeout: float) -> None:
+        """The SuperLink, its state in ``workdir/superlink.db`` (so a restart keeps nodes and runs)."""
+        self._tls_args = tls
+        link = [_binary("flower-superlink"), *(tls or ["--insecure"]), "--host", "127.0.0.1", "--port", str(self.port),
+                "--disable-runtime-dependency-installation", "--database", str(self.workdir / "superlink.db")]
+        if self.auth:
+            link.append("--enable-supernode-auth")
+        ready = self._link_lines(READY_LINE)
+        proc = self._spawn("superlink", link, "link")
+        self._wait_for("SuperLink start", lambda: self._link_lines(READY_LINE) > ready, timeout, proc)
+
+    def restart_link(self, timeout: float = 120.0) -> None:
+        """SIGKILL the SuperLink with everything it started (a running ServerApp), start it
+        again on the same port and database. The SuperNodes reconnect by themselves (their
+        registration is in the database); a ServerApp waits for them when it looks for its silos."""
+        proc = self.processes["superlink"]
+        signal_processes(process_tree(proc.pid), signal.SIGKILL)
+        proc.wait(timeout=10)
+        self._start_link(self._tls_args, timeout)
 
     def _write_cli_config(self) -> None:
         lines = ["[superlink]", f'default = "{FEDERATION}"', "", f"[superlink.{FEDERATION}]",
