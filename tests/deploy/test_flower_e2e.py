@@ -2,14 +2,13 @@
 silos (a silo service and a SuperNode each, one per School silo), MR-MTL with silo-specific
 DP; one silo is SIGKILLed mid-run. Then a stranger who reaches the SuperLink submits a
 hostile app (``hostile_app/``) whose ClientApp tries to read the silos' rows. Where this
-process is root and ``nobody`` can run this Python, the SuperNodes run as ``nobody``, as the
-deployment guide sets a silo machine up, and the hostile app must get nothing; otherwise
-(one account) the test shows what the guide warns of: the app reads the files. Bounded in
-time: every wait has a deadline, every process is stopped."""
+machine allows mount namespaces (root), the SuperNodes run where the silos' folder is empty,
+as the deployment guide sets a silo machine up, and the hostile app must get nothing;
+otherwise the test shows what the guide warns of: the app reads the files. Bounded in time:
+every wait has a deadline, every process is stopped."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import warnings
@@ -23,7 +22,7 @@ pytest.importorskip("flwr")
 from fedveil.deploy import DeployedServer, Silo, prepare_silos  # noqa: E402
 from fedveil.deploy.certificates import make_node_keys  # noqa: E402
 from fedveil.deploy.flower_project import write_flower_app  # noqa: E402
-from fedveil.deploy.local_federation import LocalFederation, can_run_as  # noqa: E402
+from fedveil.deploy.local_federation import LocalFederation, can_hide_folders  # noqa: E402
 from fedveil.deploy.loopback import LoopbackTransport  # noqa: E402
 from fedveil.deploy.silo_data import read_federation, silo_folder  # noqa: E402
 from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
@@ -33,7 +32,7 @@ from tests.runtime.tiny_runs import tiny_config, write_school  # noqa: E402
 
 KILLED = 2
 HOSTILE_APP = Path(__file__).parent / "hostile_app"
-NODE_USER = "nobody" if os.geteuid() == 0 and can_run_as("nobody") else None  # accounts need root to set up
+HIDE_SILOS = can_hide_folders()
 
 
 def school_config(root: Path):
@@ -64,7 +63,7 @@ def test_mr_mtl_over_flower_with_tls_and_node_auth_survives_a_killed_silo(tmp_pa
     app = write_flower_app(tmp_path / "app", config, tmp_path / "silos" / "federation.json", server_out, timeout=30)
     shared = {k: {"share_metrics": True} for k in range(3)}  # the silos opt in to sending loss and scores
     report = tmp_path / "hostile.json"
-    with LocalFederation(tmp_path / "fed", 3, silo_root=tmp_path / "silos", silo_options=shared, node_user=NODE_USER) as fed:
+    with LocalFederation(tmp_path / "fed", 3, silo_root=tmp_path / "silos", silo_options=shared, hide_silos=HIDE_SILOS) as fed:
         fed.start(timeout=120)
         # a node whose key is not registered is refused and gives up
         intruder, _ = make_node_keys(tmp_path / "intruder", "intruder")
@@ -80,7 +79,7 @@ def test_mr_mtl_over_flower_with_tls_and_node_auth_survives_a_killed_silo(tmp_pa
             "report": str(report), "silo-root": str(tmp_path / "silos"), "nodes": 2,
         })
         assert fed.wait(hostile, timeout=200) == "finished:completed", fed.run_log(hostile)[-2000:]
-    check_hostile_app(json.loads(report.read_text()), separated=NODE_USER is not None)
+    check_hostile_app(json.loads(report.read_text()), separated=HIDE_SILOS)
 
     rows = [json.loads(line) for line in (server_out / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((server_out / "summary.json").read_text())
@@ -129,15 +128,15 @@ def hostile_app(folder: Path, config) -> Path:
 
 def check_hostile_app(found: list[dict], separated: bool) -> None:
     """The stranger's ClientApp ran on both living silos. The silo service gave it nothing
-    beyond a silo id for the genuine config (which the server gets too). With the SuperNode
-    under its own account it could not open the silo folder; under the silo's account it can."""
+    beyond a silo id for the genuine config (which the server gets too). With the silo folder
+    out of the SuperNode's sight it found no file; where the SuperNode sees it, it reads it."""
     assert len(found) == 2
     for node in found:
         if separated:
-            assert node["list_silo_root"] == "PermissionError"
-            assert set(node["read_rows"].values()) == {"PermissionError"}
-            assert set(node["read_key"].values()) == {"PermissionError"}
-        else:  # the guide's warning, shown: one account for both means no protection from the app
+            assert node["list_silo_root"] == "got 0 items"
+            assert set(node["read_rows"].values()) == {"FileNotFoundError"}
+            assert set(node["read_key"].values()) == {"FileNotFoundError"}
+        else:  # the guide's warning, shown: a SuperNode that sees the folder gives any app the rows
             assert all(v.startswith("got") for v in node["read_rows"].values())
         assert "unknown request 'dump'" in node["dump"]["refused"]
         assert node["own_config"]["refused"].startswith("this silo's folder was prepared for another config")

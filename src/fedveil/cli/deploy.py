@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
     local.add_argument("--out", required=True, help="folder for silos/, flower/ (logs, certificates), app/ and server/")
     local.add_argument("--insecure", action="store_true", help="no TLS and no node authentication")
     local.add_argument("--timeout", type=float, default=60.0, help="seconds a round waits for silos (default 60)")
-    local.add_argument("--kill-silo", type=int, metavar="K", help="SIGKILL silo K's SuperNode after the first round")
+    local.add_argument("--kill-silo", type=int, metavar="K", help="SIGKILL silo K's SuperNode and service after the first round")
 
 
 def _config(items: list[str]):
@@ -148,7 +148,7 @@ def _local(args: argparse.Namespace) -> int:
                       f"({row['elapsed_s']:.1f} s)", flush=True)
                 if args.kill_silo is not None and row["round"] == 1:
                     fed.kill_silo(args.kill_silo)
-                    print(f"killed silo {args.kill_silo}'s SuperNode", flush=True)
+                    print(f"killed silo {args.kill_silo}'s SuperNode and silo service", flush=True)
             shown = len(rows)
             time.sleep(1.0)
         status = fed.status(run_id)

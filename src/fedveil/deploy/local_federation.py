@@ -7,15 +7,15 @@ works here is the recipe there.
 Every process gets its own ``FLWR_HOME`` and log file under the work folder and runs in
 its own session, so :meth:`LocalFederation.kill_silo` can SIGKILL a silo's processes with
 everything they started, and :meth:`LocalFederation.stop` leaves nothing behind. With
-``node_user`` (run as root) the SuperNodes, and so every ClientApp, run as that account,
-which can reach the silo service's socket but not the silo's folder: the separation the
-deployment guide asks of a silo machine.
+``hide_silos`` (root, Linux) every SuperNode, and so every ClientApp it starts, runs in
+its own mount namespace where the silos' folder is an empty tmpfs: it reaches the silo
+service's socket but not the silo's files, the separation the deployment guide asks of a
+silo machine (there with a separate account or a container without the data volume).
 """
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -83,18 +83,27 @@ def signal_processes(members: list[tuple[int, int]], sig: int) -> None:
                 pass
 
 
-def can_run_as(user: str) -> bool:
-    """Whether account ``user`` can run this interpreter and import fedveil and Flower (an
-    interpreter under a 0700 home folder, say, it cannot); needs root to ask."""
-    try:
-        account = pwd.getpwnam(user)
-        done = subprocess.run(
-            [sys.executable, "-c", "import flwr, fedveil.deploy.silo_socket"], user=account.pw_uid,
-            group=account.pw_gid, extra_groups=[], cwd="/", capture_output=True, timeout=120,
-        )
-    except (KeyError, OSError, subprocess.SubprocessError):
+HIDE = 'mount -t tmpfs -o size=1m,mode=0700 fedveil-hidden "$0" && exec "$@"'  # $0: the folder to hide
+
+
+def hidden_from(folder: Path, args: list[str]) -> list[str]:
+    """``args`` run in a new mount namespace where ``folder`` is an empty tmpfs (Linux, root)."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE, str(folder), *args]
+
+
+def can_hide_folders() -> bool:
+    """Whether :func:`hidden_from` works here (root with mount namespaces: not in every container)."""
+    if shutil.which("unshare") is None:
         return False
-    return done.returncode == 0
+    with tempfile.TemporaryDirectory() as folder:
+        probe = Path(folder) / "hidden"
+        probe.mkdir()
+        (probe / "secret").write_text("x")
+        try:
+            done = subprocess.run(hidden_from(probe, ["ls", "-A", str(probe)]), capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return done.returncode == 0 and done.stdout.strip() == ""
 
 
 def _binary(name: str) -> str:
@@ -114,7 +123,7 @@ class LocalFederation:
     auth: bool = True
     silo_root: Path | None = None  # the folders of `fedveil deploy prepare` (default: workdir/silos)
     silo_options: dict[int, dict[str, Any]] = field(default_factory=dict)  # per silo: `fedveil deploy silo` flags
-    node_user: str | None = None  # run every SuperNode (and its ClientApps) as this account; needs root
+    hide_silos: bool = False  # run every SuperNode (and its ClientApps) where silo_root is empty; needs root
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[int, int] = field(default_factory=dict)
@@ -128,42 +137,12 @@ class LocalFederation:
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         for sub in ("certs", "keys", "sockets"):  # private keys; sockets only this account may use
             private_folder(self.workdir / sub)
-        self.node_root: Path | None = None
-        if self.node_user is not None:
-            if os.geteuid() != 0:
-                raise FederationError("node_user: starting SuperNodes as another account needs root")
-            self._account = pwd.getpwnam(self.node_user)
-            if not can_run_as(self.node_user):
-                raise FederationError(
-                    f"node_user: '{self.node_user}' cannot run {sys.executable} with fedveil and Flower (a folder "
-                    "on its path is closed to other accounts); install them where that account can read them"
-                )
-            self.node_root = Path(tempfile.mkdtemp(prefix="fedveil-nodes-"))
-            os.chmod(self.node_root, 0o711)  # the node account may pass through, not list
+        if self.hide_silos and not can_hide_folders():
+            raise FederationError("hide_silos: this machine cannot mount a private tmpfs in a new mount namespace (needs root)")
 
     # ------------------------------------------------------------------ processes
-    def _node_dir(self, k: int) -> Path:
-        """Silo ``k``'s node folder: FLWR_HOME, key and certificate copies, the service socket;
-        owned by ``node_user`` when set."""
-        if self.node_root is None:
-            return self.workdir / "home" / f"silo-{k}"
-        path = self.node_root / f"silo-{k}"
-        for folder in (path, path / "flwr"):
-            if not folder.exists():
-                folder.mkdir(mode=0o700)
-                os.chown(folder, self._account.pw_uid, self._account.pw_gid)
-        return path
-
-    def _give_node(self, k: int, source: Path) -> Path:
-        """A copy of ``source`` in silo ``k``'s node folder, owned by the node account (0600)."""
-        target = self._node_dir(k) / source.name
-        shutil.copyfile(source, target)
-        os.chown(target, self._account.pw_uid, self._account.pw_gid)
-        os.chmod(target, 0o600)
-        return target
-
-    def _env(self, home: str | Path) -> dict[str, str]:
-        path = Path(home) if isinstance(home, Path) else self.workdir / "home" / home
+    def _env(self, home: str) -> dict[str, str]:
+        path = self.workdir / "home" / home
         path.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, FLWR_HOME=str(path), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # flwr-serverapp / -clientapp
@@ -172,13 +151,9 @@ class LocalFederation:
     def log(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
 
-    def _spawn(self, name: str, args: list[str], home: str | Path, as_node: bool = False) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], home: str | Path) -> subprocess.Popen:
         handle = open(self.log(name), "ab")
-        env, account = self._env(home), {}
-        if as_node and self.node_root is not None:
-            env["HOME"] = str(home)
-            account = {"user": self._account.pw_uid, "group": self._account.pw_gid, "extra_groups": []}
-        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True, **account)
+        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=self._env(home), start_new_session=True)
         handle.close()
         self.processes[name] = proc
         return proc
@@ -271,31 +246,23 @@ class LocalFederation:
             ready = self._lines(f"service-{k}", READY)
             service = self._spawn(f"service-{k}", self._service_args(k, socket_path), f"service-{k}")
             self._wait_for(f"silo {k}'s service", lambda: self._lines(f"service-{k}", READY) > ready, timeout, service)
-        home = self._node_dir(k)
         args = [_binary("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", "--port", str(self.node_ports.setdefault(k, free_port())),
                 "--node-config", f"silo-socket={json.dumps(str(socket_path))}"]
-        ca = self.workdir / "certs" / "ca.crt"
-        if self.tls:
-            args += ["--root-certificates", str(self._give_node(k, ca) if self.node_root else ca)]
-        else:
-            args += ["--insecure"]
+        args += ["--root-certificates", str(self.workdir / "certs" / "ca.crt")] if self.tls else ["--insecure"]
         if self.auth or key is not None:
-            private = key or self.workdir / "keys" / f"node-{k}"
-            args += ["--auth-supernode-private-key", str(self._give_node(k, private) if self.node_root else private)]
-        return self._spawn(f"silo-{k}", args, home / "flwr" if self.node_root else home, as_node=True)
+            args += ["--auth-supernode-private-key", str(key or self.workdir / "keys" / f"node-{k}")]
+        return self._spawn(f"silo-{k}", hidden_from(self.silo_root, args) if self.hide_silos else args, f"silo-{k}")
 
     def _service_args(self, k: int, socket_path: Path) -> list[str]:
         args = [sys.executable, "-m", "fedveil", "deploy", "silo", "--silo-dir", str(self.silo_dir(k)), "--socket", str(socket_path)]
-        if self.node_root is not None:
-            args += ["--socket-group", str(self._account.pw_gid)]
         for name, value in self.silo_options.get(k, {}).items():
             flag = "--" + name.replace("_", "-")
             args += [flag, json.dumps(value) if isinstance(value, bool) else str(value)]
         return args
 
     def socket(self, k: int) -> Path:
-        """Silo ``k``'s service socket (in its node folder when SuperNodes run as ``node_user``)."""
-        return (self._node_dir(k) if self.node_root else self.workdir / "sockets") / f"silo-{k}.sock"
+        """Silo ``k``'s service socket."""
+        return self.workdir / "sockets" / f"silo-{k}.sock"
 
     def silo_dir(self, k: int) -> Path:
         return self.silo_root / f"silo-{k}"
@@ -351,8 +318,6 @@ class LocalFederation:
                 pass
         for members in trees.values():  # whatever ignored SIGTERM
             signal_processes(members, signal.SIGKILL)
-        if self.node_root is not None:
-            shutil.rmtree(self.node_root, ignore_errors=True)
 
     def __enter__(self) -> "LocalFederation":
         return self
