@@ -10,8 +10,9 @@ silo, evaluation only after the last round. Each system runs the same config ``-
 times, one after the other (A B C A B C ...), so machine noise hits them alike; the table
 gives the median seconds per round (wall time of the rounds / rounds; for Flower without
 the federation's start-up, which is reported apart). Writes
-``benchmarks/results/deploy_rounds.json``. Flower rounds pay for a new ClientApp process
-per message (Python, torch and fedveil imports), its SuperNode's message poll and TLS.
+``benchmarks/results/deploy_rounds.json``. Flower rounds go through each silo's warm silo
+service, and pay for Flower's per-message path: the SuperNode's message poll (3 s when
+idle), a new forwarder ClientApp process per message (Python and Flower) and TLS.
 """
 from __future__ import annotations
 
