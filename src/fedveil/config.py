@@ -303,6 +303,22 @@ class PrivacyConfig(_Section):
         return self
 
 
+class SecureAggregationConfig(_Section):
+    """Deployment: the server learns only the sum of the silos' updates (docs/deployment.md,
+    "Secure aggregation"); the simulation sums the same quantised updates in the clear."""
+
+    enabled: bool = Field(False, description="mask every update so that the server learns only their sum (FedAvg family)")
+    threshold: float = Field(
+        0.66, gt=0.0, le=1.0,
+        description="share of the cohort that must answer every stage (at least 2 silos); fewer ends the round unchanged",
+    )
+    clip_range: float = Field(8.0, gt=0.0, description="each coordinate of weight/weight_scale * update clipped to +-this")
+    bits: int = Field(20, ge=1, le=31, description="quantisation bits per coordinate (the 32-bit sum must not overflow)")
+    weight_scale: float = Field(
+        1000.0, gt=0.0, description="public scale of the FedAvg weights (rows): weight/weight_scale multiplies each update",
+    )
+
+
 class RayConfig(_Section):
     """Where ``executor = "ray"`` runs: a local Ray instance or an existing cluster."""
 
@@ -343,6 +359,7 @@ class RunConfig(_Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    secure_aggregation: SecureAggregationConfig = Field(default_factory=SecureAggregationConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
@@ -376,6 +393,16 @@ class RunConfig(_Section):
             raise ValueError(
                 "federation.aggregation / update_norm_bound: client-level DP already bounds every update (privacy.clip) "
                 "and noises their mean; robust aggregation would change the mechanism that is accounted"
+            )
+        if self.secure_aggregation.enabled and robust:
+            raise ValueError(
+                "secure_aggregation: the server sees only the sum of the updates, so it cannot bound or trim each one; "
+                "drop federation.aggregation / update_norm_bound"
+            )
+        if self.secure_aggregation.enabled and self.privacy.level == "client":
+            raise ValueError(
+                "secure_aggregation with privacy.level = \"client\" needs each silo to add its share of the noise "
+                "(distributed DP), which is not built yet; use privacy.level = \"example\""
             )
         cohort_epsilons = self.privacy.client_epsilons
         if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:

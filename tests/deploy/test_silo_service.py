@@ -4,6 +4,7 @@ and refuses anything else with one line while it keeps serving."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -94,6 +95,26 @@ def test_a_run_through_the_silo_services_equals_the_in_process_silos(tmp_path):
     assert [r["train_loss"] for r in recorder.rows] == [r["train_loss"] for r in expected.rows]
     assert summary["deployment"]["quarantined"] == {} and summary["deployment"]["dropped"] == {}
     assert not services[0].socket_path.exists()  # removed when the service stops
+
+
+@pytest.mark.skipif(importlib.util.find_spec("Crypto") is None, reason="secure aggregation needs pycryptodome")
+def test_secure_aggregation_through_the_silo_services_equals_the_in_process_silos(tmp_path):
+    from tests.deploy.test_secure_aggregation import deploy, secure_config
+
+    config = secure_config(federation={"rounds": 2, "clients_per_round": 5})
+    _, expected, _ = deploy(config, tmp_path / "inproc")
+    prepare_silos(config, tmp_path / "fed")
+    shape, _ = read_federation(tmp_path / "fed")
+    services = [SiloService(silo_folder(tmp_path / "fed", k), tmp_path / f"s{k}.sock", share_metrics=True)
+                for k in range(shape.num_clients)]
+    with contextlib.ExitStack() as stack:
+        for service in services:
+            stack.enter_context(serving(service))
+        transport = SocketTransport({k: s.socket_path for k, s in enumerate(services)}, config_json(config))
+        recorder = MemoryRecorder()
+        DeployedServer(config, shape).run(transport, recorder)
+    assert [r["survivors"] for r in recorder.rows] == [5, 5]
+    assert_same_params(recorder.model, expected.model)
 
 
 def raw_request(path: Path, data: bytes) -> dict:

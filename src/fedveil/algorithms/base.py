@@ -112,6 +112,9 @@ class Algorithm:
     # A setup phase before round 0: every client runs ``client_setup`` once and the server
     # gathers the contributions in ``finish_setup`` (FedFed's shared features).
     has_setup: ClassVar[bool] = False
+    # Secure aggregation: the server's ``aggregate`` needs only the weighted mean of the
+    # messages' ``delta`` (by ``weights``), so the sum of masked updates suffices (FedAvg family).
+    secure_summable: ClassVar[bool] = False
     # Extra client metrics that are no function of the client's rows (hyper-parameters, its
     # budget's width, sizes fixed by the config) or only of its DP releases: a DP run keeps
     # these and withholds every other ``extra_metrics`` key (privacy.keep_unnoised keeps all).

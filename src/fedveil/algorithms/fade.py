@@ -174,6 +174,8 @@ def lambda_at(round_idx: int, rounds: int, lam: float, schedule: str, warmup: in
 class Fade(FedAvg):
     """Alg. 3.1 (user update through the trainer's objective) and Alg. 3.2 (momentum beta)."""
 
+    secure_summable = False  # the divergence guard reads each client's group loss
+
     public_metrics = ("lambda", "adversarial_users")  # the schedule's lambda and the opt-out draws
     Params = FadeParams
     hp: FadeParams

@@ -36,6 +36,7 @@ class FedAvg(Algorithm):
 
     Params = FedAvgParams
     supports_client_dp = True
+    secure_summable = True
 
     def __init__(self, params: FedAvgParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

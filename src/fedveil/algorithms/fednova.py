@@ -33,6 +33,7 @@ class FedNova(FedAvg):
     """Normalised averaging (Wang et al. 2020); equals FedAvg when all a_i are equal."""
 
     supports_client_dp = False  # its aggregate depends on each client's step count
+    secure_summable = False
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
         if not results:

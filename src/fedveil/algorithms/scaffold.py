@@ -34,6 +34,7 @@ class Scaffold(FedAvg):
 
     Params = ScaffoldParams
     supports_client_dp = False  # control-variate deltas are released too
+    secure_summable = False  # the control variates are averaged too
 
     def init_server(self, initial: P.Params) -> State:
         return {"params": initial, "control": P.zeros_like(initial)}

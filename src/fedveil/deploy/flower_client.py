@@ -45,3 +45,5 @@ def forward(message: Message, context: Context) -> Message:
 client_app.query()(forward)
 client_app.train()(forward)
 client_app.evaluate()(forward)
+for _stage in ("secagg_advertise", "secagg_share", "secagg_unmask"):  # secure aggregation: train.<stage>
+    client_app.train(_stage)(forward)

@@ -36,8 +36,7 @@ class LoopbackTransport:
                 replies[cid] = Failure("silo crashed")
             else:
                 try:
-                    handler = self.silos[cid].train if kind == "train" else self.silos[cid].evaluate
-                    reply = handler(round_idx, *packed)
+                    reply = self.silos[cid].answer(kind, round_idx, *packed)
                     replies[cid] = Failure("timeout") if fault == "lost" else reply
                 except SiloRefused as err:
                     replies[cid] = Failure(str(err))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 REPLY_KEYS = {"message", "loss", "extra_metrics", "epsilon"}
+SECURE_REPLY_KEYS = {"masked", "layout", "loss", "extra_metrics", "epsilon"}  # secure aggregation: no message
 OPTIONAL_KEYS = {"person_epsilon"}
 COUNT_KEYS = ("num_examples", "weight", "num_train", "steps")  # message numbers bounded by max_rows
 MAX_ROWS = 10_000_000  # the largest row count (or weight) a silo may claim by default
@@ -73,13 +74,14 @@ def check_packed(tensors: dict[str, torch.Tensor], skeleton: str, limits: ReplyL
         raise InvalidReply(f"reply nests {depth} levels deep")
 
 
-def check_train_reply(value: Any, limits: ReplyLimits) -> None:
-    """The unpacked train reply: keys, message tensors and numbers, metrics, epsilon."""
+def check_train_reply(value: Any, limits: ReplyLimits, secure: bool = False) -> None:
+    """The unpacked train reply: keys, message tensors and numbers (under secure aggregation
+    the masked vector and its layout instead), metrics, epsilon."""
     if not isinstance(value, dict):
         raise InvalidReply(f"reply is a {type(value).__name__}, not a mapping")
-    keys = set(value)
-    if not REPLY_KEYS <= keys or keys - REPLY_KEYS - OPTIONAL_KEYS:
-        raise InvalidReply(f"reply keys {sorted(keys)} are not {sorted(REPLY_KEYS)} (+ {sorted(OPTIONAL_KEYS)})")
+    keys, expected = set(value), SECURE_REPLY_KEYS if secure else REPLY_KEYS
+    if not expected <= keys or keys - expected - OPTIONAL_KEYS:
+        raise InvalidReply(f"reply keys {sorted(keys)} are not {sorted(expected)} (+ {sorted(OPTIONAL_KEYS)})")
     _check_number("epsilon", value["epsilon"], low=0.0)
     if value["loss"] is not None:
         _check_logged("loss", value["loss"])
@@ -88,9 +90,32 @@ def check_train_reply(value: Any, limits: ReplyLimits) -> None:
         raise InvalidReply("extra_metrics must be a mapping of at most 64 numbers")
     for name, number in metrics.items():
         _check_logged(f"extra_metrics/{name}", number)
+    if secure:
+        _check_masked(value["masked"], value["layout"], limits)
+        return
     if not isinstance(value["message"], dict):
         raise InvalidReply("the message must be a mapping")
     _check_tree(value["message"], "message", limits, 0)
+
+
+def _check_masked(masked: Any, layout: Any, limits: ReplyLimits) -> None:
+    """A masked update: one int64 vector of 32-bit words, one number per entry of a layout
+    of model parameters (each at its shape) plus the weight."""
+    if not isinstance(layout, list) or not layout:
+        raise InvalidReply("layout must be a non-empty list of [parameter, shape]")
+    size = 0
+    for entry in layout:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list)
+                and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in entry[1])):
+            raise InvalidReply(f"layout entry {entry!r} is not [parameter, shape]")
+        name, shape = entry[0], torch.Size(entry[1])
+        if name not in limits.shapes or limits.shapes[name] != shape:
+            raise InvalidReply(f"layout: {name} {list(shape)} is not a parameter of the model at its shape")
+        size += shape.numel()
+    if not isinstance(masked, torch.Tensor) or masked.dtype != torch.int64 or masked.shape != (size + 1,):
+        raise InvalidReply(f"masked must be an int64 vector of {size + 1} numbers (the layout and the weight)")
+    if bool(((masked < 0) | (masked >= 1 << 32)).any()):
+        raise InvalidReply("masked holds numbers outside 32 bits")
 
 
 def _check_tree(node: Any, path: str, limits: ReplyLimits, depth: int) -> None:

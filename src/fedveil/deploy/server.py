@@ -18,6 +18,7 @@ they have already answered with the same reply (see :mod:`fedveil.deploy.silo`).
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -35,8 +36,10 @@ from ..runtime.recorder import MemoryRecorder, RunRecorder
 from ..runtime.round_metrics import summarize_client_scores
 from ..runtime.run_dir import RunDirError, config_fingerprint
 from ..runtime.simulation import FederationShape, build_run_pieces, robust_messages_of, run_schedule
+from ..runtime.secure_sum import SecureSumSettings, decode
 from ..runtime.summary import build_summary
 from . import wire
+from .secagg import SecAggError, SecAggServer
 from .reply_check import InvalidReply, ReplyLimits, check_packed, check_train_reply
 from .silo import check_deployable
 
@@ -80,6 +83,8 @@ class DeployedServer:
         self.init = initial_params(model_state(self.model), self.config.model.init_from, self.config.model.init_skip)
         self.score = score_name(self.shape.task)
         self.limits = ReplyLimits.for_model(self.init, submodels=self.algorithm.submodel_messages)
+        sa = self.config.secure_aggregation
+        self.secure = SecureSumSettings.from_config(sa) if sa.enabled else None
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -146,15 +151,49 @@ class DeployedServer:
         planned = self.algorithm.configure_round(state["server"], cohort, round_idx)
         quarantined = state.setdefault("quarantined", {})
         reachable = set(transport.reachable()) - {int(c) for c in quarantined}
-        requests = {
-            cid: wire.pack({"round": round_idx, "client": cid, "server": self.algorithm.silo_view(planned)})
-            for cid in cohort if cid in reachable
-        }
-        replies = transport.exchange("train", round_idx, requests) if requests else {}
         dropped: dict[str, str] = {
             str(cid): "quarantined" if str(cid) in quarantined else "unreachable" for cid in cohort if cid not in reachable
         }
-        messages, losses, extra = [], [], {}
+        asked = [cid for cid in cohort if cid in reachable]
+        if self.secure is None:
+            requests = {cid: wire.pack(self._train_request(planned, cid, round_idx)) for cid in asked}
+            replies = transport.exchange("train", round_idx, requests) if requests else {}
+            values = self._take_replies(cohort, replies, state, dropped, round_idx)
+            results = robust_messages_of(self.config, [(cid, values[cid]["message"]) for cid in cohort if cid in values])
+        else:
+            values, results = self._secure_round(planned, cohort, asked, round_idx, transport, state, dropped)
+        if results:
+            state["server"] = self.algorithm.aggregate(planned, results, round_idx)
+        state["round"] = round_idx + 1
+        row: dict[str, Any] = {
+            "round": round_idx + 1, "cohort_size": len(cohort), "survivors": len(values) if results else 0,
+            "lr": self.trainer.lr_at(round_idx),
+        }
+        if dropped:
+            row["dropped"] = dropped
+        losses = [v["loss"] for v in values.values() if v["loss"] is not None and not np.isnan(v["loss"])]
+        if losses:
+            row["train_loss"] = float(np.mean(losses))
+        if self.config.privacy.level != "none":
+            row["epsilon"] = max(state["epsilon"].values(), default=0.0)
+            row["epsilon_per_client"] = [state["epsilon"].get(str(c), 0.0) for c in range(self.shape.num_clients)]
+        extra: dict[str, list[float]] = {}
+        for v in values.values():
+            for key, number in v["extra_metrics"].items():
+                extra.setdefault(key, []).append(number)
+        row.update({k: float(np.mean(v)) for k, v in extra.items()})
+        return row
+
+    def _train_request(self, planned: dict[str, Any], cid: int, round_idx: int) -> dict[str, Any]:
+        return {"round": round_idx, "client": cid, "server": self.algorithm.silo_view(planned)}
+
+    def _take_replies(
+        self, cohort: list[int], replies: dict[int, Packed | Failure], state: dict[str, Any], dropped: dict[str, str], round_idx: int,
+    ) -> dict[int, dict[str, Any]]:
+        """The train replies that passed :mod:`.reply_check`, by silo in cohort order; a
+        failure drops the silo, an invalid reply also quarantines it; epsilons are taken."""
+        quarantined = state["quarantined"]
+        values = {}
         for cid in cohort:
             reply = replies.get(cid)
             if reply is None:
@@ -169,36 +208,66 @@ class DeployedServer:
                 dropped[str(cid)] = f"invalid reply: {err}"
                 quarantined[str(cid)] = f"round {round_idx + 1}: {err}"
                 continue
-            messages.append((cid, value["message"]))
+            values[cid] = value
             state["epsilon"][str(cid)] = max(value["epsilon"], state["epsilon"].get(str(cid), 0.0))
             if "person_epsilon" in value:
                 state.setdefault("person_epsilon", {})[str(cid)] = value["person_epsilon"]
-            if value["loss"] is not None and not np.isnan(value["loss"]):
-                losses.append(value["loss"])
-            for key, v in value["extra_metrics"].items():
-                extra.setdefault(key, []).append(v)
-        if messages:
-            state["server"] = self.algorithm.aggregate(planned, robust_messages_of(self.config, messages), round_idx)
-        state["round"] = round_idx + 1
-        row: dict[str, Any] = {
-            "round": round_idx + 1, "cohort_size": len(cohort), "survivors": len(messages),
-            "lr": self.trainer.lr_at(round_idx),
-        }
-        if dropped:
-            row["dropped"] = dropped
-        if losses:
-            row["train_loss"] = float(np.mean(losses))
-        if self.config.privacy.level != "none":
-            row["epsilon"] = max(state["epsilon"].values(), default=0.0)
-            row["epsilon_per_client"] = [state["epsilon"].get(str(c), 0.0) for c in range(self.shape.num_clients)]
-        row.update({k: float(np.mean(v)) for k, v in extra.items()})
-        return row
+        return values
+
+    def _secure_round(
+        self, planned: dict[str, Any], cohort: list[int], asked: list[int], round_idx: int, transport: Transport,
+        state: dict[str, Any], dropped: dict[str, str],
+    ) -> tuple[dict[int, dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+        """The round's train exchange under secure aggregation (:mod:`.secagg`): keys,
+        shares, masked updates, unmasking; returns the survivors' replies and the one
+        combined message (none when fewer than the threshold answered a stage)."""
+        server = SecAggServer(self.secure.threshold(len(cohort)), round_idx)
+        values: dict[int, dict[str, Any]] = {}
+
+        def stage(kind: str, requests: dict[int, dict[str, Any]]) -> dict[int, Any]:
+            answered = {}
+            for cid, reply in (transport.exchange(kind, round_idx, {c: wire.pack(r) for c, r in requests.items()}) if requests else {}).items():
+                if isinstance(reply, Failure):
+                    dropped[str(cid)] = f"{kind}: {reply.reason}"
+                    continue
+                try:
+                    check_packed(*reply, self.limits)
+                    answered[cid] = wire.unpack(*reply)
+                except (InvalidReply, wire.WireError) as err:
+                    dropped[str(cid)] = f"{kind}: invalid reply: {err}"
+            return answered
+
+        def base(cid: int) -> dict[str, Any]:
+            return {"round": round_idx, "client": cid}
+
+        try:
+            keys = stage("train.secagg_advertise", {cid: base(cid) for cid in asked})
+            key_lists = server.collect_keys(keys)
+            shares = stage("train.secagg_share", {cid: {**base(cid), "publics": key_lists[cid]} for cid in key_lists})
+            inbox = server.route_shares(shares)
+            requests = {cid: {**self._train_request(planned, cid, round_idx), "secagg_inbox": inbox[cid]} for cid in inbox}
+            replies = transport.exchange("train", round_idx, {c: wire.pack(r) for c, r in requests.items()})
+            values = self._take_replies(cohort, replies, state, dropped, round_idx)
+            layouts = {json.dumps(v["layout"]) for v in values.values()}
+            if len(layouts) > 1:
+                raise SecAggError("the silos' updates do not share one layout")
+            masked = {cid: v["masked"].numpy().astype(np.uint32) for cid, v in values.items()}
+            survivors, gone = server.unmask_request(masked)
+            revealed = stage("train.secagg_unmask", {cid: {**base(cid), "survivors": survivors, "dropped": gone} for cid in survivors})
+            total = server.unmasked_sum(masked, survivors, gone, revealed)
+        except (SecAggError, KeyError, TypeError, ValueError) as err:
+            for cid in asked:
+                dropped.setdefault(str(cid), f"secure aggregation stopped: {err}")
+            return values, []
+        layout = [(key, tuple(shape)) for key, shape in next(iter(values.values()))["layout"]]
+        combined = decode(total, len(survivors), layout, self.secure, self.limits.dtype)
+        return values, [] if combined is None else [(-1, combined)]
 
     def checked_reply(self, reply: Packed) -> dict[str, Any]:
         """A silo's train reply, unpacked once it passed :mod:`.reply_check` (raises InvalidReply)."""
         check_packed(*reply, self.limits)
         value = wire.unpack(*reply, device=self.device)
-        check_train_reply(value, self.limits)
+        check_train_reply(value, self.limits, secure=self.secure is not None)
         return value
 
     def check_reported_epsilon(self, cid: int, reported: float) -> None:

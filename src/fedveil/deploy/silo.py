@@ -62,11 +62,14 @@ from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
 from ..runtime.run_dir import config_fingerprint
+from ..runtime.secure_sum import SecureSumSettings, encode, layout_of
 from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule, training_task
 from . import wire
 from .private_files import private_folder, write_private
+from .secagg import SecAggClient, SecAggError
 from .silo_data import SiloDataError, load_silo, read_federation
 
+SECAGG_KINDS = ("train.secagg_advertise", "train.secagg_share", "train.secagg_unmask")  # secure aggregation's stages
 LEDGER_FILE = "ledger.pt"
 PLAN_TOLERANCE = 1e-6  # relative: as the simulation's ledger check
 _ROUND_FILE = re.compile(r"round-(\d+)\.pt")
@@ -159,6 +162,8 @@ class Silo:
         )
         self.state_dir = private_folder(state_dir)
         self._load_ledger()
+        self.secure = SecureSumSettings.from_config(config.secure_aggregation) if config.secure_aggregation.enabled else None
+        self.secagg: SecAggClient | None = None  # this round's session, made at its advertise stage
 
     @classmethod
     def from_folder(
@@ -206,16 +211,68 @@ class Silo:
         return None if not earlier else self._record(earlier[-1])["client_state"]
 
     # ------------------------------------------------------------------ requests
+    def answer(self, kind: str, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """The packed reply to a request of ``kind`` (``train``, ``evaluate`` or a secure
+        aggregation stage), whatever transport carried it."""
+        if kind in SECAGG_KINDS and self.secure is None:
+            raise SiloRefused(f"silo {self.client_id}: {kind} asked, but this run does not use secure aggregation")
+        handlers = {"train": self.train, "evaluate": self.evaluate, "train.secagg_advertise": self.secagg_advertise,
+                    "train.secagg_share": self.secagg_share, "train.secagg_unmask": self.secagg_unmask}
+        if kind not in handlers:
+            raise SiloRefused(f"silo {self.client_id}: unknown request '{kind}'")
+        return handlers[kind](round_idx, tensors, skeleton)
+
+    def _stage_request(self, round_idx: int, tensors, skeleton: str) -> dict[str, Any]:
+        request = wire.unpack(tensors, skeleton)
+        if not isinstance(request, dict) or request.get("client") != self.client_id or request.get("round") != round_idx:
+            raise SiloRefused(f"silo {self.client_id}: a secure-aggregation request for another silo or round")
+        return request
+
+    def _threshold(self, round_idx: int) -> int:
+        """The threshold this silo insists on: from its own copy of the seeded schedule, not the server's word."""
+        return self.secure.threshold(len(self.schedule[round_idx]))
+
+    def secagg_advertise(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        self._stage_request(round_idx, tensors, skeleton)
+        self.secagg = SecAggClient(self.client_id, self._threshold(round_idx))
+        return wire.pack(self.secagg.advertise(round_idx))
+
+    def secagg_share(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        request = self._stage_request(round_idx, tensors, skeleton)
+        return wire.pack(self._secagg_call(lambda s: s.share(round_idx, request.get("publics") or {})))
+
+    def secagg_unmask(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        request = self._stage_request(round_idx, tensors, skeleton)
+        survivors, dropped = list(request.get("survivors") or []), list(request.get("dropped") or [])
+        return wire.pack(self._secagg_call(lambda s: s.unmask(round_idx, survivors, dropped)))
+
+    def _secagg_call(self, step):
+        if self.secagg is None:
+            raise SiloRefused(f"silo {self.client_id}: no secure-aggregation session (restarted mid-round?)")
+        try:
+            return step(self.secagg)
+        except (SecAggError, KeyError, TypeError, ValueError) as err:
+            raise SiloRefused(f"silo {self.client_id}: secure aggregation: {err}") from None
+
+    def _masked(self, round_idx: int, reply_tensors, reply_skeleton: str, inbox: Any) -> tuple[dict[str, torch.Tensor], str]:
+        """A recorded secure reply with its quantised update masked for this round's session."""
+        reply = wire.unpack(reply_tensors, reply_skeleton)
+        quantized = reply.pop("secure_input").numpy().astype("uint32")
+        masked = self._secagg_call(lambda s: s.mask(round_idx, dict(inbox or {}), quantized))
+        reply["masked"] = torch.from_numpy(masked.astype("int64"))
+        return wire.pack(reply)
+
     def train(self, round_idx: int, tensors: dict[str, torch.Tensor], skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
         """Answer a packed ``train`` request for round ``round_idx``; returns the packed reply."""
-        fingerprint = request_fingerprint(tensors, skeleton)
+        request = wire.unpack(tensors, skeleton, self.device)
+        inbox = request.pop("secagg_inbox", None) if isinstance(request, dict) else None
+        fingerprint = request_fingerprint(*wire.pack(request)) if inbox is not None else request_fingerprint(tensors, skeleton)
         done = self._record(round_idx)
         if done is not None:  # answered before: the same release again, whatever is asked now
             if done["request"] != fingerprint:
                 warnings.warn(f"silo {self.client_id}: round {round_idx + 1} asked again with another request; "
                               "replaying the reply it already sent", stacklevel=2)
-            return done["reply_tensors"], done["reply_skeleton"]
-        request = wire.unpack(tensors, skeleton, self.device)
+            return self._sent(round_idx, done["reply_tensors"], done["reply_skeleton"], inbox)
         if request.get("client") != self.client_id or request.get("round") != round_idx:
             raise SiloRefused(f"silo {self.client_id}: request for client {request.get('client')} round {request.get('round')}")
         where = non_finite(request)
@@ -240,13 +297,25 @@ class Silo:
         person = self.person_epsilon()
         if person is not None:
             reply["person_epsilon"] = dataclasses.asdict(person)
+        if self.secure is not None:  # the update leaves only masked; the record keeps it quantised, unmasked
+            message = reply.pop("message")
+            weight = self.algorithm.weights([message])[0]
+            quantized = encode(message["delta"], weight, self.secure, self.config.seed, round_idx, self.client_id)
+            reply["secure_input"] = torch.from_numpy(quantized.astype("int64"))
+            reply["layout"] = [[key, list(shape)] for key, shape in layout_of(message["delta"])]
         reply_tensors, reply_skeleton = wire.pack(reply)
         record = {
             "request": fingerprint, "client_state": to_cpu(result.state), "reply_tensors": reply_tensors,
             "reply_skeleton": reply_skeleton,
         }
         write_private(self._round_file(round_idx), lambda handle: torch.save(record, handle))
-        return reply_tensors, reply_skeleton
+        return self._sent(round_idx, reply_tensors, reply_skeleton, inbox)
+
+    def _sent(self, round_idx: int, reply_tensors, reply_skeleton: str, inbox: Any) -> tuple[dict[str, torch.Tensor], str]:
+        """What leaves for a recorded reply: itself, or under secure aggregation its update masked."""
+        if self.secure is None:
+            return reply_tensors, reply_skeleton
+        return self._masked(round_idx, reply_tensors, reply_skeleton, inbox)
 
     def _account(self, task: ClientTask, result, round_idx: int) -> None:
         """Record this training's releases in the silo's ledger (saved before anything is

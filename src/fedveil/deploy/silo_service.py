@@ -5,9 +5,9 @@ Flower's SuperNode runs whatever ClientApp the SuperLink's run names, and anyone
 submit a run to the SuperLink names it. So the silo's data does not live where that code
 runs: a :class:`SiloService` holds the :class:`~.silo.Silo` (fedveil's installed code,
 warm between messages: imports, rows and state stay in memory) and answers, on a Unix
-socket (:mod:`.silo_socket`), exactly three requests, each validated like a request from
-the server itself: ``query`` (its silo id, signed with its key for the server's nonce),
-``train`` and ``evaluate``. Anything else is refused before the silo's data is touched.
+socket (:mod:`.silo_socket`), only the protocol's requests, each validated like a request
+from the server itself: ``query`` (its silo id, signed with its key for the server's
+nonce), ``train``, ``evaluate`` and the stages of secure aggregation. Anything else is refused before the silo's data is touched.
 Run the service as the account that owns the silo folder and the SuperNode as another
 account that may only connect to the socket (``socket_group``): then an app someone
 submitted can get no more than the server could, the silo's DP-noised replies within the
@@ -31,12 +31,12 @@ import pydantic
 from ..config import validate
 from ..errors import ConfigError
 from . import wire
-from .silo import Silo, SiloRefused
+from .silo import SECAGG_KINDS, Silo, SiloRefused
 from .silo_data import SiloDataError
 from .silo_identity import load_silo_key, sign_claim
 from .silo_socket import MAX_FRAME_BYTES, FrameError, recv_frame, send_frame
 
-OPS = ("query", "train", "evaluate")
+OPS = ("query", "train", "evaluate", *SECAGG_KINDS)
 NUMPY = "numpy.ndarray"  # Flower's serialisation type of an Array made from a NumPy array
 READY = "silo service listening on"  # logged once the socket accepts connections
 READ_TIMEOUT_S = 60.0  # a client that starts a frame and stalls is dropped after this long
@@ -142,8 +142,7 @@ class SiloService:
         if not isinstance(round_idx, int) or isinstance(round_idx, bool) or round_idx < 0 or not isinstance(skeleton, str):
             raise Refusal(f"a {op} request needs a round number >= 0 and a skeleton")
         tensors = wire.tensors_from_numpy(blobs_to_arrays(header.get("arrays"), blobs))
-        answer = silo.train if op == "train" else silo.evaluate
-        reply_tensors, reply_skeleton = answer(round_idx, tensors, skeleton)
+        reply_tensors, reply_skeleton = silo.answer(op, round_idx, tensors, skeleton)
         described, reply_blobs = arrays_to_blobs(wire.tensors_to_numpy(reply_tensors))
         LOG.info("silo %d: round %d %s answered", silo.client_id, round_idx + 1, op)
         return {"ok": True, "meta": {"skeleton": reply_skeleton}, "arrays": described}, reply_blobs

@@ -39,6 +39,7 @@ from ..training.local import LocalTrainer, task_loss
 from .privacy_plan import RunPrivacy
 from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
 from .report import write_report
+from .secure_sum import SecureSumSettings, summed_in_the_clear
 from .round_metrics import RoundEvaluator, check_metrics
 from .run_dir import RunDirError, config_fingerprint
 from .initial_model import initial_params
@@ -129,7 +130,22 @@ def build_run_pieces(
         private=config.privacy.level != "none", data=config.data.model_dump(mode="json"),
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
+    if config.secure_aggregation.enabled and not algorithm.secure_summable:
+        raise ConfigError(
+            f"secure_aggregation: {config.algorithm.name}'s server needs each client's message, not only their sum; "
+            "it works with the FedAvg family (fedavg, fedprox, fedavgm, fedadam, ditto ...)"
+        )
     return factory, model, trainer, algorithm
+
+
+def securely_summed(config: RunConfig, algorithm, messages: list[tuple[int, Any]], round_idx: int) -> list[tuple[int, Any]]:
+    """The cohort's messages as secure aggregation leaves them: one message, the weighted
+    mean of their quantised updates (:mod:`fedveil.runtime.secure_sum`)."""
+    settings = SecureSumSettings.from_config(config.secure_aggregation)
+    if len(messages) < 2:  # one silo's "sum" is its update: a deployment ends such a round unchanged
+        return []
+    weights = algorithm.weights([m for _, m in messages])
+    return summed_in_the_clear(messages, weights, settings, config.seed, round_idx)
 
 
 def robust_messages_of(config: RunConfig, messages: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -310,6 +326,8 @@ class Simulation:
         facts = {}
         if self.privacy is not None and self.privacy.server is not None:
             server, facts = self._client_level_update(planned, messages, round_idx)
+        elif self.config.secure_aggregation.enabled:
+            server = self.algorithm.aggregate(planned, securely_summed(self.config, self.algorithm, messages, round_idx), round_idx)
         else:
             server = self.algorithm.aggregate(planned, robust_messages_of(self.config, messages), round_idx)
         if self.privacy is not None:

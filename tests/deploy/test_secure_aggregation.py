@@ -1,0 +1,133 @@
+"""Secure aggregation in a deployment (issue 35, item 1), over the in-process transport:
+the server receives only masked vectors (no update, no message), their unmasked sum is the
+plain sum of the silos' quantised updates, the deployed run equals the simulation (which
+sums the same integers in the clear), the aggregate is FedAvg's within the quantisation
+bound, and a silo lost after the key stages is survived."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("Crypto")
+
+from fedveil.deploy import DeployedServer, prepare_silos, wire  # noqa: E402
+from fedveil.deploy.loopback import LoopbackTransport  # noqa: E402
+from fedveil.deploy.silo import Silo  # noqa: E402
+from fedveil.deploy.silo_data import read_federation, silo_folder  # noqa: E402
+from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
+from fedveil.runtime.secure_sum import quantization_bound  # noqa: E402
+from fedveil.runtime.simulation import Simulation  # noqa: E402
+
+from tests.deploy.test_loopback import assert_same_params  # noqa: E402
+from tests.runtime.tiny_runs import tiny_config  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
+SECURE = {"enabled": True, "threshold": 0.6, "bits": 20, "clip_range": 4.0, "weight_scale": 100.0}
+
+
+def secure_config(**changes):
+    base = dict(algorithm={"name": "fedavg"}, federation={"rounds": 3, "clients_per_round": 5}, checkpoint={"every": 1},
+                privacy={"level": "example", "epsilon": 4.0, "delta": 1e-5, "clip": 1.0}, secure_aggregation=SECURE)
+    return tiny_config(**{**base, **changes})
+
+
+class Recording(LoopbackTransport):
+    """The loopback transport, keeping every reply the server received."""
+
+    def __init__(self, silos, faults=None):
+        super().__init__(silos, faults or {})
+        self.replies: list[tuple[str, int, int, object]] = []
+
+    def exchange(self, kind, round_idx, requests):
+        out = super().exchange(kind, round_idx, requests)
+        self.replies += [(kind, round_idx, cid, reply) for cid, reply in out.items()]
+        return out
+
+
+def deploy(config, where, faults=None):
+    prepare_silos(config, where)
+    shape, _ = read_federation(where)
+    silos = {k: Silo.from_folder(config, silo_folder(where, k), share_metrics=True) for k in range(shape.num_clients)}
+    transport = Recording(silos, faults)
+    recorder = MemoryRecorder()
+    summary = DeployedServer(config, shape).run(transport, recorder)
+    return summary, recorder, transport
+
+
+def test_the_server_sees_only_masked_vectors_whose_sum_is_the_silos_quantised_sum(tmp_path):
+    config = secure_config()
+    summary, recorder, transport = deploy(config, tmp_path / "fed")
+    assert [r["survivors"] for r in recorder.rows] == [5, 5, 5] and summary["deployment"]["quarantined"] == {}
+    train = [(r, cid, wire.unpack(*reply)) for kind, r, cid, reply in transport.replies if kind == "train"]
+    assert len(train) == 15
+    for r, cid, value in train:
+        assert "message" not in value and "secure_input" not in value  # no update, quantised or not
+        record = transport.silos[cid]._record(r)
+        quantized = wire.unpack(record["reply_tensors"], record["reply_skeleton"])["secure_input"].numpy()
+        masked = value["masked"].numpy()
+        assert not np.array_equal(masked, quantized)
+        assert abs(np.corrcoef(masked.astype(float), quantized.astype(float))[0, 1]) < 0.5
+    # the sum of round 1's masked vectors, unmasked, is the plain sum of the quantised inputs
+    round1 = {cid: value for r, cid, value in train if r == 0}
+    inputs = [wire.unpack(transport.silos[c]._record(0)["reply_tensors"], transport.silos[c]._record(0)["reply_skeleton"])
+              ["secure_input"].numpy() for c in round1]
+    plain = np.sum(inputs, axis=0) % (1 << 32)
+    masked_sum = np.sum([v["masked"].numpy() for v in round1.values()], axis=0) % (1 << 32)
+    assert not np.array_equal(masked_sum, plain)  # the masks do not cancel without the unmask stage
+    assert summary["epsilon"] <= 4.0 * (1 + 1e-6)
+
+
+def test_the_deployed_secure_run_equals_the_simulation_and_fedavg_within_the_bound(tmp_path):
+    config = secure_config()
+    _, deployed, _ = deploy(config, tmp_path / "fed")
+    simulated = MemoryRecorder()
+    Simulation.from_config(config).record(simulated)
+    assert_same_params(deployed.model, simulated.model)  # the same integers summed, masked or not
+    # one round against plain FedAvg from the same state: within the quantisation bound
+    one = {"rounds": 1, "clients_per_round": 5}
+    plain, secure = MemoryRecorder(), MemoryRecorder()
+    Simulation.from_config(secure_config(federation=one, secure_aggregation={"enabled": False})).record(plain)
+    Simulation.from_config(secure_config(federation=one)).record(secure)
+    sizes = Simulation.from_config(secure_config(federation=one)).data.train_sizes()
+    total_p = float(sum(sizes)) / SECURE["weight_scale"]
+    # error of sum(p delta) and of sum(p) each below the bound; the mean divides by sum(p)
+    bound = quantization_bound(5, SECURE["clip_range"], SECURE["bits"])
+    worst = bound / total_p * (1 + 1 / (total_p - bound)) * 2
+    for key in plain.model:
+        gap = (plain.model[key].double() - secure.model[key].double()).abs().max().item()
+        assert 0 < gap < worst, key
+
+
+def test_a_silo_lost_after_the_key_stages_is_survived_and_its_masks_removed(tmp_path):
+    config = secure_config()
+    summary, recorder, transport = deploy(config, tmp_path / "lost", faults={(1, 2): "lost"})
+    rows = recorder.rows
+    assert [r["survivors"] for r in rows] == [5, 4, 5] and rows[1]["dropped"] == {"2": "timeout"}
+    # the same as a run where silo 2 was down at round 2's train stage (never trained): same survivors, same sum
+    _, down, _ = deploy(config, tmp_path / "down", faults={(1, 2): "down"})
+    assert_same_params(recorder.model, down.model)
+    assert transport.silos[2].epsilon() > 0  # it trained and spent; its update never reached the aggregate
+
+
+def test_too_few_silos_end_the_round_with_the_model_unchanged(tmp_path):
+    config = secure_config(federation={"rounds": 2, "clients_per_round": 5})
+    faults = {(0, k): "lost" for k in (0, 1, 2)}  # 2 of 5 answer: below the threshold of 3
+    _, recorder, _ = deploy(config, tmp_path / "fed", faults=faults)
+    assert recorder.rows[0]["survivors"] == 0
+    assert all("secure aggregation stopped" in why or why == "timeout" for why in recorder.rows[0]["dropped"].values())
+    assert recorder.rows[1]["survivors"] == 5
+
+
+def test_algorithms_that_need_each_message_are_refused_in_one_line():
+    with pytest.raises(Exception, match="secure_aggregation: mr_mtl's server needs each client's message"):
+        Simulation.from_config(secure_config(algorithm={"name": "mr_mtl"}))
+    with pytest.raises(Exception, match="cannot bound or trim"):
+        secure_config(federation={"rounds": 1, "clients_per_round": 5, "aggregation": "median"})
+
+
+def test_a_silo_refuses_secure_stages_in_a_run_without_them(tmp_path):
+    config = secure_config(secure_aggregation={"enabled": False})
+    prepare_silos(config, tmp_path / "fed")
+    silo = Silo.from_folder(config, silo_folder(tmp_path / "fed", 0))
+    with pytest.raises(Exception, match="does not use secure aggregation"):
+        silo.answer("train.secagg_advertise", 0, *wire.pack({"round": 0, "client": 0}))
