@@ -25,7 +25,7 @@ from ..engine.stacked import LayerRecord
 from ..models.functional import buffer_names
 from ..params import Params
 from ..privacy.dp_sgd import check_model_for_dp
-from .local import LocalStats, LocalTrainer, public_batch_size
+from .local import LocalStats, LocalTrainer
 from .private_stacked import private_stacked_gradients
 from .request import Batch, GradHook, Objective, TrainRequest
 
