@@ -1,10 +1,13 @@
-"""Resume without cascade over Flower (issue 34, item 5): the SuperLink, with the ServerApp
-it runs, is SIGKILLed mid-run and started again on its database; the SuperNodes come back
-by themselves, the run is submitted again with ``resume=true``, and it finishes with every
+"""Resume without cascade over Flower (issue 34, item 5), under secure aggregation (issue
+35, item 1): FedAvg with silo DP and masked updates; the SuperLink, with the ServerApp it
+runs, is SIGKILLed mid-run and started again on its database; the SuperNodes come back by
+themselves, the run is submitted again with ``resume=true``, and it finishes with every
 silo in every round and the uninterrupted run's model: rounds the silos had already
-answered are replayed, none is trained twice."""
+answered are replayed (their stored update masked afresh for the new session), none is
+trained twice."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 
@@ -13,6 +16,7 @@ import torch
 
 pytest.importorskip("flwr")
 
+from fedveil.config import AlgorithmConfig, SecureAggregationConfig  # noqa: E402
 from fedveil.deploy.flower_project import write_flower_app  # noqa: E402
 from fedveil.deploy.local_federation import LocalFederation  # noqa: E402
 from fedveil.deploy.silo import Silo  # noqa: E402
@@ -23,13 +27,18 @@ from tests.deploy.test_flower_e2e import school_config, wait_for_rows  # noqa: E
 from tests.deploy.test_loopback import deployed  # noqa: E402
 from tests.runtime.tiny_runs import write_school  # noqa: E402
 
-ROUNDS = 4
+ROUNDS = 3
 
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
+@pytest.mark.skipif(importlib.util.find_spec("Crypto") is None, reason="secure aggregation needs pycryptodome")
 def test_a_killed_superlink_restarts_on_its_database_and_the_resumed_run_keeps_every_silo(tmp_path):
     config = school_config(write_school(tmp_path / "data", sizes=(60, 50, 70)))
-    config = config.model_copy(update={"federation": config.federation.model_copy(update={"rounds": ROUNDS})})
+    config = config.model_copy(update={
+        "federation": config.federation.model_copy(update={"rounds": ROUNDS}),
+        "algorithm": AlgorithmConfig(name="fedavg"),
+        "secure_aggregation": SecureAggregationConfig(enabled=True, weight_scale=100.0),
+    })
     from fedveil.deploy import prepare_silos
 
     prepare_silos(config, tmp_path / "silos")
