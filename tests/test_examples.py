@@ -69,3 +69,13 @@ def test_fedfed_examples_run_phase_one_then_phase_two(tmp_path):
     rigorous = release_epsilon(0.15, 0.5, 8.0, 1e-5)  # one Gaussian, sensitivity rho sqrt(64)
     assert rigorous <= summary["epsilon"] <= 1.05 * rigorous  # the ledger's RDP bound, just above the exact value
     assert 0.0 <= summary["global_test_accuracy"] <= 1.0
+
+
+def test_the_clinics_table_example_trains_each_clinic_under_its_budget():
+    """docs/your-data.md's example, scaled to 5 rounds: three clinics from one CSV, DP at epsilon 4."""
+    config = load_config(str(Path(__file__).parent.parent / "examples" / "clinics_table.toml"), ["federation.rounds=5"])
+    sim = Simulation.from_config(config)
+    assert sim.data.num_clients == 3 and sim.data.task == "classification"
+    assert sorted(c.num_train + len(c.test) for c in sim.data.clients) == [160, 200, 240]
+    summary = sim.record()
+    assert 0 < summary["epsilon"] <= 4.0 * (1 + 1e-6)
