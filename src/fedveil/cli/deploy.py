@@ -1,6 +1,8 @@
 """``fedveil deploy``: run a config over the network with Flower (docs/deployment.md).
 
 * ``prepare CONFIG --out DIR``: one folder per silo (its rows only) and ``federation.json``;
+* ``schema CONFIG --out DIR``: the same for silos that read their own CSV or Parquet file
+  (a ``table`` config): ``federation.json`` with the schema, a folder per silo without rows;
 * ``certs --out DIR``: a CA, the SuperLink's TLS certificate and the SuperNodes' key pairs;
 * ``app CONFIG --federation F --server-out D --out APP``: the Flower app folder for ``flwr run``;
 * ``silo --silo-dir D --socket S``: silo k's own service, the only process that opens its
@@ -27,6 +29,10 @@ def add_parser(sub) -> None:
     prepare.add_argument("items", nargs="+", metavar="CONFIG.toml [key=value ...]")
     prepare.add_argument("--out", required=True, help="folder for silo-<k>/ and federation.json")
 
+    schema = steps.add_parser("schema", help="federation.json and silo folders from a table config alone (no rows)")
+    schema.add_argument("items", nargs="+", metavar="CONFIG.toml [key=value ...]")
+    schema.add_argument("--out", required=True, help="folder for silo-<k>/ (id and key, no rows) and federation.json")
+
     certs = steps.add_parser("certs", help="TLS certificates and SuperNode key pairs")
     certs.add_argument("--out", required=True, help="folder for ca.crt, server.crt/.key and node-<k>[.pub]")
     certs.add_argument("--host", action="append", help="SuperLink host name or address (repeatable; default 127.0.0.1, localhost)")
@@ -45,6 +51,7 @@ def add_parser(sub) -> None:
     silo.add_argument("--socket-group", help="group allowed to connect (the SuperNode's account); default: this account only")
     silo.add_argument("--state-dir", help="where its state and ledger persist (default SILO_DIR/state)")
     silo.add_argument("--max-epsilon", type=float, help="refuse a run whose plan spends more epsilon")
+    silo.add_argument("--table", help="the silo's own CSV or Parquet file, encoded by the schema of `fedveil deploy schema`")
     silo.add_argument("--share-metrics", choices=["true", "false"],
                       help="send training loss and test scores (not noised); default: only without DP")
 
@@ -69,7 +76,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from ..deploy.silo import SiloRefused
 
     try:
-        return {"prepare": _prepare, "certs": _certs, "app": _app, "silo": _silo, "local": _local}[args.step](args)
+        steps = {"prepare": _prepare, "schema": _schema, "certs": _certs, "app": _app, "silo": _silo, "local": _local}
+        return steps[args.step](args)
     except (FederationError, SiloRefused) as err:
         print(f"fedveil: error: {err}", file=sys.stderr)
         return 2
@@ -80,6 +88,15 @@ def _prepare(args: argparse.Namespace) -> int:
 
     shape = prepare_silos(_config(args.items), args.out)
     print(f"wrote {shape.num_clients} silo folders and federation.json under {args.out}: give silo-<k>/ to silo k only")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from ..deploy.silo_table import write_schema_federation
+
+    shape = write_schema_federation(_config(args.items), args.out)
+    print(f"wrote federation.json and {shape.num_clients} silo folders (id and key, no rows) under {args.out}: "
+          "give silo-<k>/ to silo k, which starts with `fedveil deploy silo --table ITS_FILE`")
     return 0
 
 
@@ -109,7 +126,7 @@ def _silo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     share = None if args.share_metrics is None else args.share_metrics == "true"
     group = int(args.socket_group) if args.socket_group and args.socket_group.isdigit() else args.socket_group
-    service = SiloService(args.silo_dir, args.socket, args.state_dir, args.max_epsilon, share, group)
+    service = SiloService(args.silo_dir, args.socket, args.state_dir, args.max_epsilon, share, group, table=args.table)
     try:
         service.serve()
     except KeyboardInterrupt:

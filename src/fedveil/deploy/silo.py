@@ -53,7 +53,7 @@ import torch
 
 from ..algorithms.base import ClientTask
 from ..config import RunConfig
-from ..data.federated import FederatedDataset
+from ..data.federated import ClientData, FederatedDataset
 from ..errors import ConfigError
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.person_level import PersonEpsilon, person_epsilon
@@ -168,18 +168,19 @@ class Silo:
     @classmethod
     def from_folder(
         cls, config: RunConfig, folder: str | os.PathLike, state_dir: str | os.PathLike | None = None,
-        share_metrics: bool | None = None,
+        share_metrics: bool | None = None, own_rows: tuple[int, ClientData] | None = None,
     ) -> "Silo":
         """The silo whose rows and ``federation.json`` ``fedveil deploy prepare`` wrote in
-        ``folder``; refused unless ``config`` is the config it was prepared for. Its state goes
-        to ``state_dir`` (default ``folder/state``)."""
+        ``folder`` (or whose rows are ``own_rows``: its id and the rows it read from its own
+        file, :mod:`.silo_table`); refused unless ``config`` is the config the folder was
+        prepared for. Its state goes to ``state_dir`` (default ``folder/state``)."""
         shape, fingerprint = read_federation(folder)
         if fingerprint != config_fingerprint(config.model_dump(mode="json")):
             raise SiloDataError(
                 f"'{folder}' was prepared for another config than the one this run sends (seed, data, privacy or "
                 "algorithm differ); prepare the silos again from the run's config"
             )
-        client_id, data, _ = load_silo(folder)
+        client_id, data = own_rows if own_rows is not None else load_silo(folder)[:2]
         state_dir = Path(folder) / "state" if state_dir is None else state_dir
         return cls(config, shape, client_id, data, state_dir, share_metrics)
 

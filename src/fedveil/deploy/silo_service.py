@@ -34,6 +34,7 @@ from . import wire
 from .silo import SECAGG_KINDS, Silo, SiloRefused
 from .silo_data import SiloDataError
 from .silo_identity import load_silo_key, sign_claim
+from .silo_table import load_silo_table
 from .silo_socket import MAX_FRAME_BYTES, FrameError, recv_frame, send_frame
 
 OPS = ("query", "train", "evaluate", *SECAGG_KINDS)
@@ -85,7 +86,9 @@ class SiloService:
     """Silo ``folder`` served on the Unix socket ``socket_path`` (see the module docstring).
 
     ``state_dir`` (default ``folder/state``), ``max_epsilon`` (refuse a run whose plan
-    spends more) and ``share_metrics`` are the silo operator's settings; ``socket_group``
+    spends more), ``share_metrics`` and ``table`` (the silo's own CSV or Parquet file,
+    encoded by the schema in the folder's ``federation.json``; else ``silo.pt``) are the
+    silo operator's settings; ``socket_group``
     (a group name or id) lets that group's accounts (the SuperNode's) connect, else only
     the service's own account can.
     """
@@ -93,7 +96,7 @@ class SiloService:
     def __init__(
         self, folder: str | os.PathLike, socket_path: str | os.PathLike, state_dir: str | os.PathLike | None = None,
         max_epsilon: float | None = None, share_metrics: bool | None = None, socket_group: str | int | None = None,
-        max_bytes: int = MAX_FRAME_BYTES,
+        max_bytes: int = MAX_FRAME_BYTES, table: str | os.PathLike | None = None,
     ) -> None:
         self.folder, self.socket_path = Path(folder), Path(socket_path)
         self.state_dir, self.max_epsilon, self.share_metrics = state_dir, max_epsilon, share_metrics
@@ -101,6 +104,9 @@ class SiloService:
         if not self.folder.is_dir():
             raise SiloDataError(f"silo folder '{folder}' does not exist")
         self.key = load_silo_key(self.folder)
+        # the silo's own file, read and checked against the federation's schema now: a bad
+        # file stops the service at start, not at the first training step
+        self.own_rows = None if table is None else load_silo_table(self.folder, table)
         self._silos: dict[str, Silo] = {}  # by the run config's JSON: one silo object per config, kept warm
 
     # ------------------------------------------------------------------ requests
@@ -115,7 +121,7 @@ class SiloService:
             except (json.JSONDecodeError, pydantic.ValidationError, ConfigError) as err:
                 raise Refusal(f"the run config is not a valid fedveil config: {_one_line(err)}") from None
             try:
-                silo = Silo.from_folder(config, self.folder, self.state_dir, self.share_metrics)
+                silo = Silo.from_folder(config, self.folder, self.state_dir, self.share_metrics, self.own_rows)
             except SiloDataError as err:  # said without the folder's path, which the caller need not learn
                 raise Refusal(str(err).replace(f"'{self.folder}'", "this silo's folder")) from None
             if self.max_epsilon is not None and silo.privacy is not None:

@@ -8,7 +8,10 @@ encoded, each value a column ``name=value``), ``groups`` (columns kept as groups
 fairness metrics and partitioners read them), ``client`` (a column holding each row's
 client: the natural partition), ``task`` (``classification``, ``regression`` or
 ``auto``: classification when the label is text or whole numbers with at most
-``MAX_AUTO_CLASSES`` values) and ``test_path`` (a held-out table of the same columns).
+``MAX_AUTO_CLASSES`` values), ``test_path`` (a held-out table of the same columns), and
+``categories`` / ``classes`` (the values of each categorical column and of the label,
+fixed instead of read from the rows: a deployed silo, which sees only its own rows, must
+encode as every other silo does; a value outside them is an error).
 
 A folder gives one client per file, in name order, as the group ``client``; partition
 with ``{ name = "natural", key = "client" }`` and ``num_clients`` = the number of files
@@ -76,7 +79,10 @@ class _Schema:
     """Which column plays which part, the categories of each categorical and group column,
     the label's classes: fixed from the training table, applied to the test table too."""
 
-    def __init__(self, columns: Columns, where: str, label: str | None, features, categorical, groups, client, task: str):
+    def __init__(
+        self, columns: Columns, where: str, label: str | None, features, categorical, groups, client, task: str,
+        categories: dict[str, list] | None = None, classes: list | None = None,
+    ):
         available = list(columns)
         if label is None:
             raise DataError(f"data.options.label: name the target column; {where} has {', '.join(available)}")
@@ -90,7 +96,14 @@ class _Schema:
             raise DataError(f"{where}: no feature column is left besides the label, client and group columns")
         self.categorical = [c for c in self.features if c in set(categorical)]
         self.label, self.groups, self.client = label, list(groups), client
-        self.categories = {c: sorted({_key(v) for v in _check_present(columns, c, where)}) for c in self.categorical}
+        declared = {name: [_key(v) for v in values] for name, values in (categories or {}).items()}
+        unknown = sorted(set(declared) - set(self.categorical))
+        if unknown:
+            raise DataError(f"data.options.categories: {', '.join(unknown)} is not a categorical feature column")
+        self.categories = {
+            c: declared[c] if c in declared else sorted({_key(v) for v in _check_present(columns, c, where)})
+            for c in self.categorical
+        }
         self.group_categories = {g: sorted({_key(v) for v in _check_present(columns, g, where)}) for g in self.groups}
         if client:
             self.group_categories[client] = sorted({_key(v) for v in _check_present(columns, client, where)})
@@ -104,7 +117,10 @@ class _Schema:
         if task not in ("classification", "regression"):
             raise DataError(f"data.options.task: '{task}' is not classification, regression or auto")
         self.task = task
-        self.classes = sorted({_key(v) for v in label_values}, key=_class_order) if task == "classification" else []
+        if classes is not None and task != "classification":
+            raise DataError("data.options.classes: a regression label has no classes")
+        found = sorted({_key(v) for v in label_values}, key=_class_order)
+        self.classes = ([_key(c) for c in classes] if classes is not None else found) if task == "classification" else []
 
     def encode(self, columns: Columns, where: str) -> tuple[ArrayDataset, tuple[int, ...]]:
         """The rows of ``columns`` as features, targets and groups (the client column only
@@ -146,7 +162,7 @@ class _Schema:
         keys = [_key(v) for v in values]
         unknown = next((k for k in keys if k not in index), None)
         if unknown is not None:
-            raise DataError(f"{where}: column '{name}' has value '{unknown}', which the training table does not")
+            raise DataError(f"{where}: column '{name}' has value '{unknown}', outside its categories {', '.join(categories)}")
         return np.array([index[k] for k in keys], dtype=np.int64)
 
 
@@ -176,6 +192,8 @@ def load_table(
     client: str | None = None,
     task: str = "auto",
     test_path: str | None = None,
+    categories: dict[str, list] | None = None,
+    classes: list | None = None,
 ) -> DataSource:
     """Read and encode the table(s) (module docstring); ``download`` is accepted and unused
     (your data has no canonical source)."""
@@ -193,7 +211,7 @@ def load_table(
         raise DataError("data.options.client: a folder already gives one client per file; drop client or give one file")
     columns = _concat(tables, files)
     where = f"'{source.name}'"
-    schema = _Schema(columns, where, label, features, list(categorical), list(groups), client, task)
+    schema = _Schema(columns, where, label, features, list(categorical), list(groups), client, task, categories, classes)
     train, continuous = schema.encode(columns, where)
     natural = client
     if per_file:
