@@ -1,6 +1,6 @@
 """Write examples/data/clinics.csv: a synthetic stand-in for a consortium's patient table
 (600 rows, three clinics with shifted populations), used by examples/clinics_table.toml
-and docs/your-data.md. Deterministic: ``python scripts/make_clinics_csv.py`` rewrites the
+and docs/your-model-and-data.md. Deterministic: ``python scripts/make_clinics_csv.py`` rewrites the
 same file."""
 from __future__ import annotations
 

@@ -11,3 +11,30 @@ def test_config_reference_is_current():
     spec.loader.exec_module(module)
     assert module.DOC_PATH.read_text() == module.render(), "run `python scripts/gen_config_doc.py`"
     assert "`noise_multiplier`" in module.render()
+
+
+def test_the_python_examples_of_your_model_and_data_run(tmp_path, monkeypatch):
+    """docs/your-model-and-data.md's python blocks run as written (from an empty folder, the
+    repository's example configs by absolute path); the model they register is unregistered after."""
+    import re
+    import warnings
+
+    from fedveil.models import MODELS
+
+    text = (ROOT / "docs" / "your-model-and-data.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    before = {e.name for e in MODELS.entries()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for block in blocks:
+                exec(block.replace('"examples/', f'"{ROOT}/examples/'), namespace)
+        assert namespace["summary"]["model"].endswith(":TinyNet")
+        assert (tmp_path / "runs" / "tinynet" / "summary.json").exists()
+        assert "tinynet" in {e.name for e in MODELS.entries()}
+    finally:
+        for name in {e.name for e in MODELS.entries()} - before:
+            MODELS._entries.pop(name)

@@ -72,7 +72,7 @@ def test_fedfed_examples_run_phase_one_then_phase_two(tmp_path):
 
 
 def test_the_clinics_table_example_trains_each_clinic_under_its_budget():
-    """docs/your-data.md's example, scaled to 5 rounds: three clinics from one CSV, DP at epsilon 4."""
+    """docs/your-model-and-data.md's example, scaled to 5 rounds: three clinics from one CSV, DP at epsilon 4."""
     config = load_config(str(Path(__file__).parent.parent / "examples" / "clinics_table.toml"), ["federation.rounds=5"])
     sim = Simulation.from_config(config)
     assert sim.data.num_clients == 3 and sim.data.task == "classification"

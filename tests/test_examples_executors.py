@@ -16,7 +16,7 @@ from fedveil.config import load_config
 from tests.runtime.tiny_runs import run_in_float64
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-BUNDLED = ["quickstart", "dp_fedavg_schedule", "split_mix_digits", "adds_digits", "consortium_secure",
+BUNDLED = ["quickstart", "dp_fedavg_schedule", "split_mix_digits", "adds_digits", "consortium_secure", "clinics_table",
            "fedfed_distill_digits"]
 RTOL = 1e-9
 

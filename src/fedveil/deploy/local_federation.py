@@ -282,8 +282,9 @@ class LocalFederation:
         runs = json.loads(self.flwr("ls", FEDERATION, "--run-id", str(run_id), "--format", "json"))["runs"]
         return str(runs[0]["status"]) if runs else "unknown"
 
-    def wait(self, run_id: int, timeout: float) -> str:
-        """Wait until run ``run_id`` has finished; its final status (e.g. ``finished:completed``)."""
+    def wait(self, run_id: int, timeout: float, poll: float = 3.0) -> str:
+        """Wait until run ``run_id`` has finished; its final status (e.g. ``finished:completed``).
+        Each poll is a ``flwr`` process (about a CPU-second), hence every ``poll`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             status = self.status(run_id)
@@ -291,7 +292,7 @@ class LocalFederation:
                 return status
             if time.monotonic() > deadline:
                 raise FederationError(f"run {run_id} still '{status}' after {timeout:.0f} s")
-            time.sleep(1.0)
+            time.sleep(poll)
 
     def run_log(self, run_id: int) -> str:
         return self.flwr("log", str(run_id), FEDERATION, "--show", timeout=60)

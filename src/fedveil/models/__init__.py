@@ -14,10 +14,11 @@ from __future__ import annotations
 from . import alexnet_bn, cnn, digit_cnn, fade, fedfed, linear, lstm, mlp, preresnet, resnet, supernet  # noqa: F401  (each registers its builders on MODELS)
 from .complexity import count_macs, count_params
 from .ensemble import BaseEnsemble
+from .norm_conversion import batchnorm_to_groupnorm
 from .scalable import Scaler, rescale_init_
 from .zoo import MODELS, ModelBuilder, build_model, image_input, model_options, num_outputs, scaled
 
 __all__ = [
-    "MODELS", "BaseEnsemble", "ModelBuilder", "Scaler", "build_model", "count_macs", "count_params",
+    "MODELS", "BaseEnsemble", "ModelBuilder", "Scaler", "batchnorm_to_groupnorm", "build_model", "count_macs", "count_params",
     "image_input", "model_options", "num_outputs", "rescale_init_", "scaled",
 ]

@@ -8,6 +8,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..registry import Registry
+from .python_models import build_python_model, is_python_model, python_options
 
 ModelBuilder = Callable[..., nn.Module]
 MODELS: Registry[ModelBuilder] = Registry("model")
@@ -17,6 +18,8 @@ _POSITIONAL = ("input_shape", "num_classes")
 
 def model_options(name: str) -> dict[str, Any]:
     """The keyword options of model ``name`` with their defaults."""
+    if is_python_model(name):
+        return python_options(name)
     params = inspect.signature(MODELS.get(name)).parameters
     return {k: p.default for k, p in params.items() if k not in _POSITIONAL}
 
@@ -37,6 +40,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0 (0 means regression), got {num_classes!r}")
+    if is_python_model(name):
+        return build_python_model(name, shape, num_classes, **options)
     return MODELS.get(name)(shape, num_classes, **options)
 
 

@@ -49,7 +49,8 @@ def check_model_for_dp(model: nn.Module) -> None:
             continue
         raise ValueError(
             f"layer '{name or '<root>'}' ({type(module).__name__}) {why}, which breaks per-example "
-            "DP-SGD; use GroupNorm or LayerNorm instead (e.g. resnet norm='group')"
+            "DP-SGD; use GroupNorm or LayerNorm instead (zoo models: e.g. resnet norm='group'; your module: "
+            "fedveil.models.batchnorm_to_groupnorm(model) converts it)"
         )
 
 

@@ -1,5 +1,5 @@
 """Your own table: a CSV or Parquet file, or a folder of them (one per client), as a data
-set (``[data] name = "table"``; docs/your-data.md).
+set (``[data] name = "table"``; docs/your-model-and-data.md).
 
 Options (``data.options``): ``path`` (a file or a folder; relative to ``data.root`` when
 that is set), ``label`` (the target column), ``features`` (default: every other column
