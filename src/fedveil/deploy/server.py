@@ -260,7 +260,7 @@ class DeployedServer:
                 dropped.setdefault(str(cid), f"secure aggregation stopped: {err}")
             return values, []
         layout = [(key, tuple(shape)) for key, shape in next(iter(values.values()))["layout"]]
-        combined = decode(total, len(survivors), layout, self.secure, self.limits.dtype)
+        combined = decode(total, len(survivors), layout, self.secure, self.limits.dtype, self.device)
         return values, [] if combined is None else [(-1, combined)]
 
     def checked_reply(self, reply: Packed) -> dict[str, Any]:

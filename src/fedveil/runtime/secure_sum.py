@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .device import to_cpu
+
 STREAM = 0x5EC5  # the rounding stream's tag, (seed, STREAM, round, client)
 MODULUS_BITS = 32
 
@@ -85,13 +87,15 @@ def layout_of(delta: dict[str, torch.Tensor]) -> Layout:
 def encode(delta: dict[str, torch.Tensor], weight: float, settings: SecureSumSettings, seed: int, round_idx: int, client: int) -> np.ndarray:
     """The quantised x_k = [p_k * delta_k (keys sorted), p_k] of one message."""
     p = weight / settings.weight_scale
-    flat = [delta[key].detach().double().cpu().reshape(-1).numpy() * p for key in sorted(delta)]
+    flat = [to_cpu(delta[key].detach()).double().reshape(-1).numpy() * p for key in sorted(delta)]  # crypto runs on the host
     vector = np.concatenate([*flat, np.array([p])])
     rng = np.random.default_rng([seed, STREAM, round_idx, client])
     return quantize(vector, settings.clip, settings.bits, rng)
 
 
-def decode(total: np.ndarray, count: int, layout: Layout, settings: SecureSumSettings, dtype: torch.dtype) -> dict[str, Any] | None:
+def decode(
+    total: np.ndarray, count: int, layout: Layout, settings: SecureSumSettings, dtype: torch.dtype, device: torch.device,
+) -> dict[str, Any] | None:
     """The combined message of ``count`` silos from the sum of their quantised vectors:
     ``delta`` the weighted mean, ``num_examples`` the summed weight; None when the summed
     weight is not positive (nothing to average)."""
@@ -102,7 +106,7 @@ def decode(total: np.ndarray, count: int, layout: Layout, settings: SecureSumSet
     delta, at = {}, 0
     for key, shape in layout:
         size = math.prod(shape)
-        delta[key] = torch.from_numpy(summed[at:at + size] / weight).reshape(shape).to(dtype)
+        delta[key] = torch.from_numpy(summed[at:at + size] / weight).reshape(shape).to(dtype=dtype, device=device)
         at += size
     if at != summed.size - 1:
         raise SecureSumError(f"a summed vector of {summed.size} numbers does not fit the layout of {at + 1}")
@@ -122,5 +126,6 @@ def summed_in_the_clear(
     total = np.zeros(sum(math.prod(s) for _, s in layout) + 1, dtype=np.uint64)
     for (cid, message), weight in zip(results, weights):
         total += encode(message["delta"], weight, settings, seed, round_idx, cid)
-    combined = decode(total, len(results), layout, settings, deltas[0][layout[0][0]].dtype)
+    first = deltas[0][layout[0][0]]
+    combined = decode(total, len(results), layout, settings, first.dtype, first.device)
     return [] if combined is None else [(-1, combined)]
