@@ -3,6 +3,7 @@
 A new loader module registers itself with ``@DATASETS.register``; append its import here.
 """
 from . import (  # noqa: F401
-    adult, cifar, compas, digit_domains, digits, mnist, mnist_digits, school, shakespeare, table, vehicle_synthetic,
+    adult, cifar, compas, digit_domains, digits, huggingface, image_folder, mnist, mnist_digits, school, shakespeare,
+    table, vehicle_synthetic,
 )
 from . import writer_digits  # noqa: F401
