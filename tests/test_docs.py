@@ -2,6 +2,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,6 +16,7 @@ def test_config_reference_is_current():
 
 
 def test_the_python_examples_of_your_model_and_data_run(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
     """docs/your-model-and-data.md's python blocks run as written (from an empty folder, the
     repository's example configs by absolute path); the model they register is unregistered after."""
     import re
@@ -23,7 +26,7 @@ def test_the_python_examples_of_your_model_and_data_run(tmp_path, monkeypatch):
 
     text = (ROOT / "docs" / "your-model-and-data.md").read_text()
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 4
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     before = {e.name for e in MODELS.entries()}
@@ -35,6 +38,10 @@ def test_the_python_examples_of_your_model_and_data_run(tmp_path, monkeypatch):
         assert namespace["summary"]["model"].endswith(":TinyNet")
         assert (tmp_path / "runs" / "tinynet" / "summary.json").exists()
         assert "tinynet" in {e.name for e in MODELS.entries()}
+        assert 0 < namespace["images_summary"]["epsilon"] <= 8.0 * (1 + 1e-6)
+        assert namespace["images_summary"]["model"].endswith(":SmallCNN")
+        assert namespace["images_summary"]["global_test_accuracy"] > 0.6  # 0.861 when written (seeded)
+        assert namespace["hf_summary"]["global_test_accuracy"] > 0.6  # 0.897 when written (seeded)
     finally:
         for name in {e.name for e in MODELS.entries()} - before:
             MODELS._entries.pop(name)
