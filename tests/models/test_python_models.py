@@ -114,3 +114,27 @@ def test_a_config_names_a_module_by_import_path():
     config = validate({**tiny_config().model_dump(), "model": {"name": NAME, "options": {"hidden": 7}}})
     sim = Simulation.from_config(config)
     assert type(sim.model).__name__ == "TinyNet" and sim.model.head.in_features == 7
+
+
+class ReadsWeightOutsideItsLayer(nn.Module):
+    """Uses a layer's weight directly, which the stacked engine cannot trace per client."""
+
+    def __init__(self, input_shape, num_classes):
+        super().__init__()
+        self.lin = nn.Linear(math.prod(input_shape), num_classes)
+
+    def forward(self, x):
+        return x.flatten(1) @ self.lin.weight.T
+
+
+def test_a_module_the_stacked_engine_cannot_run_is_reported_before_any_work_and_still_trains(tmp_path):
+    config = tiny_config(executor="vectorized", federation={"rounds": 1, "clients_per_round": 3})
+    name = f"python:{ReadsWeightOutsideItsLayer.__module__}:ReadsWeightOutsideItsLayer"
+    config = validate({**config.model_dump(), "model": {"name": name}})
+    with pytest.warns(UserWarning, match="vectorized executor: training clients one by one") as caught:
+        sim = Simulation.from_config(config)
+    assert len(caught) == 1  # once, at the start
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning when the rounds run
+        summary = sim.record()
+    assert summary["rounds"] == 1

@@ -216,6 +216,8 @@ class Simulation:
     def __post_init__(self) -> None:
         if self.executor is None:
             self.executor = make_executor(self.config.executor, self.config.ray, self.device)
+        if hasattr(self.executor, "probe"):  # the vectorized executor says now whether it can stack the model
+            self.executor.probe(self.model, private=self.config.privacy.level == "example")
 
     @classmethod
     def from_config(

@@ -154,6 +154,11 @@ class VectorizedExecutor:
             post.result = output
             post.done.set()
 
+    def probe(self, model: nn.Module, private: bool) -> None:
+        """Check ``model`` before any work: a model the engine cannot stack is reported now,
+        in one warning line, and trained client by client."""
+        self._stacked_model(model, private)
+
     def _stacked_model(self, model: nn.Module, private: bool) -> StackedModel | None:
         key = id(model) * 2 + int(private)
         if key not in self._stacked:
