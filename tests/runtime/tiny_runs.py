@@ -186,6 +186,23 @@ def run_in_float64(config: RunConfig) -> tuple[list[dict[str, Any]], dict[str, A
     """The run's metrics rows and final server state, with its data and initial model in
     float64: executors compared this way cannot be split by a float32 near-tie (two values of a
     max-pool window closer than rounding send the gradient to different positions)."""
+    rows, checkpoint = checkpoint_in_float64(config)
+    return rows, checkpoint["server"]
+
+
+def checkpoint_in_float64(config: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`run_in_float64`'s rows and the whole final checkpoint (server and client states).
+    Torch's default dtype is float64 meanwhile, so the models and tensors an algorithm makes
+    itself (IFCA's centroids, FedFed's generator) are float64 too."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _checkpoint_in_float64(config)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _checkpoint_in_float64(config: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     import dataclasses
 
     from fedveil.runtime.recorder import MemoryRecorder
@@ -201,4 +218,4 @@ def run_in_float64(config: RunConfig) -> tuple[list[dict[str, Any]], dict[str, A
     sim.init = {k: v.double() if v.is_floating_point() else v for k, v in sim.init.items()}
     recorder = MemoryRecorder()
     sim.record(recorder)
-    return recorder.rows, recorder.load_checkpoint()["server"]
+    return recorder.rows, recorder.load_checkpoint()

@@ -48,7 +48,7 @@ from ..data.federated import ClientData
 from ..errors import ConfigError
 from ..models import build_model
 from ..models.fedfed import NOISE, VAE_EPS
-from ..models.functional import forward, method_call
+from ..models.functional import forward, method_call, model_state
 from ..params import Params
 from ..privacy.events import Release
 from ..privacy.feature_release import feature_releases
@@ -166,11 +166,10 @@ def load_distiller(run_dir: str, ctx: RunContext) -> tuple[torch.nn.Module, Para
             raise ConfigError(f"algorithm.distiller: '{run_dir}' ran on other data than this run: {'; '.join(differs)}")
     try:
         model = build_model("fedfed_vae", ctx.input_shape, ctx.num_classes, **model_config.get("options", {}))
-        state = torch.load(model_file, map_location=ctx.device, weights_only=True)
-        model.to(ctx.device).load_state_dict(state)
+        model.to(ctx.device).load_state_dict(torch.load(model_file, map_location=ctx.device, weights_only=True))
     except (ValueError, RuntimeError) as err:
         raise ConfigError(f"algorithm.distiller: '{run_dir}' does not fit this run's data: {err}") from None
-    return model, state
+    return model, model_state(model)  # the loaded values in the model's own dtype and device
 
 
 def data_differences(phase1: dict[str, Any], ctx: RunContext) -> list[tuple[str, Any, Any]]:

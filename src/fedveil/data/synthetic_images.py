@@ -68,7 +68,7 @@ def load_synthetic_images(
         raise DataError(f"groups must be an int >= 0, got {groups!r}")
     generator = torch.Generator().manual_seed(seed)
     shape = (channels, height, width)
-    weight = torch.randn((num_classes, channels * height * width), generator=generator)
+    weight = torch.randn((num_classes, channels * height * width), generator=generator, dtype=torch.float32)
     train = gaussian_images(rows, shape, weight, generator)
     train.info["teacher"] = weight
     test = gaussian_images(test_rows, shape, weight, generator) if test_rows else None
