@@ -131,3 +131,38 @@ def test_a_silo_refuses_secure_stages_in_a_run_without_them(tmp_path):
     silo = Silo.from_folder(config, silo_folder(tmp_path / "fed", 0))
     with pytest.raises(Exception, match="does not use secure aggregation"):
         silo.answer("train.secagg_advertise", 0, *wire.pack({"round": 0, "client": 0}))
+
+
+class Corrupting(Recording):
+    """Replaces silo ``silo``'s reply to ``kind`` in round 1 by ``bad`` (a malformed value)."""
+
+    def __init__(self, silos, kind, silo, bad):
+        super().__init__(silos)
+        self.kind, self.silo, self.bad = kind, silo, bad
+
+    def exchange(self, kind, round_idx, requests):
+        out = super().exchange(kind, round_idx, requests)
+        if kind == self.kind and round_idx == 0 and self.silo in out:
+            out[self.silo] = wire.pack(self.bad)
+        return out
+
+
+@pytest.mark.parametrize("kind, bad", [
+    ("train.secagg_advertise", {"c_pk": "ab", "s_pk": "cd"}),
+    ("train.secagg_share", {0: "zz"}),
+    ("train.secagg_unmask", {"b": {}, "s": {}}),
+])
+def test_a_malformed_stage_reply_quarantines_that_silo_and_the_round_goes_on(tmp_path, kind, bad):
+    config = secure_config(federation={"rounds": 2, "clients_per_round": 5})
+    prepare_silos(config, tmp_path / "fed")
+    shape, _ = read_federation(tmp_path / "fed")
+    silos = {k: Silo.from_folder(config, silo_folder(tmp_path / "fed", k), share_metrics=True) for k in range(5)}
+    recorder = MemoryRecorder()
+    summary = DeployedServer(config, shape).run(Corrupting(silos, kind, 3, bad), recorder)
+    first = recorder.rows[0]
+    assert "3" in summary["deployment"]["quarantined"]
+    if kind == "train.secagg_unmask":  # its masked update is in the sum; only its unmask reply is left out
+        assert first["survivors"] == 5 and "dropped" not in first
+    else:
+        assert first["survivors"] == 4 and "invalid reply" in first["dropped"]["3"]
+    assert recorder.rows[1]["survivors"] == 4  # quarantined: not asked again

@@ -56,6 +56,16 @@ def _unhex(text: Any, what: str) -> bytes:
         raise SecAggError(f"{what} is not hex") from None
 
 
+def _is_hex(text: Any, size: int | None) -> bool:
+    """Whether ``text`` is hex (of ``size`` bytes when given; at most 4 KiB otherwise)."""
+    if not isinstance(text, str) or len(text) % 2 or len(text) > 8192:
+        return False
+    try:
+        return size is None or len(bytes.fromhex(text)) == size
+    except ValueError:
+        return False
+
+
 def _sign(u: int, v: int) -> int:
     return 1 if u < v else -1
 
@@ -174,6 +184,10 @@ class SecAggServer:
         self.threshold, self.round_idx = threshold, round_idx
         self.publics: dict[int, dict[str, str]] = {}
         self.shared: dict[int, dict[int, str]] = {}
+        self.rejected: dict[int, str] = {}  # silo -> why its stage reply was malformed (it is left out)
+
+    def _reject(self, silo: int, why: str) -> None:
+        self.rejected[int(silo)] = why
 
     def _enough(self, silos, stage: str) -> None:
         if len(silos) < self.threshold:
@@ -181,14 +195,23 @@ class SecAggServer:
 
     def collect_keys(self, replies: dict[int, dict[str, str]]) -> dict[int, dict[int, dict[str, str]]]:
         """From the ``advertise`` replies (U1), the ``share`` request of each silo: every key."""
-        self._enough(replies, "advertise")
-        self.publics = {int(u): {"c_pk": str(r["c_pk"]), "s_pk": str(r["s_pk"])} for u, r in replies.items()}
+        for u, r in replies.items():
+            if isinstance(r, dict) and set(r) == {"c_pk", "s_pk"} and all(_is_hex(r[k], crypto.SEED_BYTES) for k in r):
+                self.publics[int(u)] = {"c_pk": r["c_pk"], "s_pk": r["s_pk"]}
+            else:
+                self._reject(u, "advertise: not two 32-byte public keys")
+        self._enough(self.publics, "advertise")
         return {u: self.publics for u in self.publics}
 
     def route_shares(self, replies: dict[int, dict[int, str]]) -> dict[int, dict[int, str]]:
         """From the ``share`` replies (U2), each silo's inbox: the ciphertexts addressed to it."""
-        self._enough(replies, "share")
-        self.shared = {int(u): {int(v): str(ct) for v, ct in r.items()} for u, r in replies.items()}
+        for u, r in replies.items():
+            peers = set(self.publics) - {int(u)}
+            if isinstance(r, dict) and set(r) == peers and all(_is_hex(ct, None) for ct in r.values()):
+                self.shared[int(u)] = {int(v): ct for v, ct in r.items()}
+            else:
+                self._reject(u, "share: not one ciphertext for each other silo")
+        self._enough(self.shared, "share")
         inbox: dict[int, dict[int, str]] = {u: {} for u in self.shared}
         for u, cts in self.shared.items():
             for v, ct in cts.items():
@@ -207,6 +230,7 @@ class SecAggServer:
     ) -> np.ndarray:
         """sum_{u in U3} q(x_u) mod 2^32, from the masked vectors and at least ``threshold``
         silos' ``unmask`` replies."""
+        shares = {w: r for w, r in shares.items() if self._well_formed_unmask(w, r, survivors, dropped)}
         self._enough(shares, "unmask")
         order = sorted(self.publics)
         index = {v: order.index(v) + 1 for v in order}  # Shamir share numbers follow the sorted U1
@@ -222,6 +246,19 @@ class SecAggServer:
                 pairwise = crypto.mask(crypto.agree(s_private, _unhex(self.publics[u]["s_pk"], "s_pk")), size)
                 total = total - pairwise if _sign(u, v) > 0 else total + pairwise
         return total.astype(np.uint32)
+
+    def _well_formed_unmask(self, silo: int, reply: Any, survivors: list[int], dropped: list[int]) -> bool:
+        """Whether an unmask reply holds a share of b_v for each survivor and of s_v for each
+        dropped silo, nothing else (a silo sending other shares is left out)."""
+        ok = (
+            isinstance(reply, dict) and set(reply) == {"b", "s"}
+            and isinstance(reply["b"], dict) and set(reply["b"]) == set(survivors)
+            and isinstance(reply["s"], dict) and set(reply["s"]) == set(dropped)
+            and all(_is_hex(v, None) for part in reply.values() for v in part.values())
+        )
+        if not ok:
+            self._reject(silo, "unmask: not one share per survivor and per dropped silo")
+        return ok
 
     def _rebuild(self, shares: dict[int, dict[str, dict[int, str]]], which: str, silo: int, index: dict[int, int]) -> bytes:
         found = {index[w]: _unhex(r[which][silo], "a share") for w, r in shares.items() if silo in r.get(which, {})}

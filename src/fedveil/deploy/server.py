@@ -256,12 +256,25 @@ class DeployedServer:
             revealed = stage("train.secagg_unmask", {cid: {**base(cid), "survivors": survivors, "dropped": gone} for cid in survivors})
             total = server.unmasked_sum(masked, survivors, gone, revealed)
         except (SecAggError, KeyError, TypeError, ValueError) as err:
+            self._reject_malformed(server, state, dropped, round_idx, summed=set())
             for cid in asked:
                 dropped.setdefault(str(cid), f"secure aggregation stopped: {err}")
             return values, []
+        self._reject_malformed(server, state, dropped, round_idx, summed=set(survivors))
         layout = [(key, tuple(shape)) for key, shape in next(iter(values.values()))["layout"]]
         combined = decode(total, len(survivors), layout, self.secure, self.limits.dtype, self.device)
         return values, [] if combined is None else [(-1, combined)]
+
+    @staticmethod
+    def _reject_malformed(
+        server: SecAggServer, state: dict[str, Any], dropped: dict[str, str], round_idx: int, summed: set[int],
+    ) -> None:
+        """Silos whose secure-aggregation reply was malformed: quarantined, and dropped from the
+        round unless their masked update is in the sum already (a bad unmask reply only)."""
+        for cid, why in server.rejected.items():
+            if cid not in summed:
+                dropped[str(cid)] = f"invalid reply: {why}"
+            state["quarantined"][str(cid)] = f"round {round_idx + 1}: {why}"
 
     def checked_reply(self, reply: Packed) -> dict[str, Any]:
         """A silo's train reply, unpacked once it passed :mod:`.reply_check` (raises InvalidReply)."""
