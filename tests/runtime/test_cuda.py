@@ -95,3 +95,13 @@ def test_a_gpu_run_resumes_on_the_cpu(tmp_path):
     resumed = run(tiny_config(device="cpu", **sections), out, resume=True, progress=False)
     assert resumed["epsilon"] == reference["epsilon"]
     assert resumed["global_test_accuracy"] == pytest.approx(reference["global_test_accuracy"], abs=0.08)
+
+
+def test_secure_aggregation_runs_on_the_gpu_and_matches_the_cpu():
+    """The secure sum's host-side quantisation hands its combined update back on the run's device."""
+    sections = {"algorithm": {"name": "fedavg"}, "federation": {"rounds": 2, "clients_per_round": 4},
+                "secure_aggregation": {"enabled": True, "weight_scale": 100.0}}
+    cpu, gpu, sim, recorder = cpu_and_cuda(sections)
+    assert on_device(recorder.load_checkpoint(sim.device)["server"], sim.device) == []
+    assert math.isfinite(gpu["global_test_accuracy"])
+    assert gpu["global_test_accuracy"] == pytest.approx(cpu["global_test_accuracy"], abs=0.05)
