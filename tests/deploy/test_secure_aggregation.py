@@ -166,3 +166,34 @@ def test_a_malformed_stage_reply_quarantines_that_silo_and_the_round_goes_on(tmp
     else:
         assert first["survivors"] == 4 and "invalid reply" in first["dropped"]["3"]
     assert recorder.rows[1]["survivors"] == 4  # quarantined: not asked again
+
+
+def test_a_silo_shares_its_secrets_only_with_silos_whose_round_keys_their_registered_key_signed(tmp_path):
+    """A server or a stranger who can submit a run could otherwise invent t - 1 silos, collect
+    t shares of one silo's secrets and unmask its update alone."""
+    from fedveil.deploy.secagg import SecAggClient
+    from fedveil.deploy.silo import SiloRefused
+
+    config = secure_config()
+    prepare_silos(config, tmp_path / "fed")
+    silos = {k: Silo.from_folder(config, silo_folder(tmp_path / "fed", k)) for k in range(3)}
+
+    def advertise(k, round_idx=0):
+        return wire.unpack(*silos[k].answer("train.secagg_advertise", round_idx, *wire.pack({"round": round_idx, "client": k})))
+
+    genuine = {k: advertise(k) for k in range(3)}
+    assert all(len(bytes.fromhex(a["signature"])) == 64 for a in genuine.values())
+    forger = SecAggClient(7, 3).advertise(0)  # a silo of its own making, with its own keys
+    impostor = {**SecAggClient(2, 3).advertise(0), "signature": genuine[2]["signature"]}  # silo 2's id, other keys
+    stale = advertise(2, round_idx=1)  # silo 2's genuine advert, but for another round
+    advertise(2)  # (silo 2 back in round 0)
+    cases = {
+        "silo 7 is not in the federation's silo keys": {**genuine, 7: forger},
+        "the round keys of silo 2 are not signed by its registered key": {**genuine, 2: impostor},
+        "the round keys of silo 2 are not signed": {**genuine, 2: stale},
+    }
+    for expected, publics in cases.items():
+        with pytest.raises(SiloRefused, match=expected):
+            silos[0].answer("train.secagg_share", 0, *wire.pack({"round": 0, "client": 0, "publics": publics}))
+    shares = wire.unpack(*silos[0].answer("train.secagg_share", 0, *wire.pack({"round": 0, "client": 0, "publics": genuine})))
+    assert set(shares) == {1, 2}

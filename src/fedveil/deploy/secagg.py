@@ -84,21 +84,47 @@ class _ClientSession:
     unmasked: bool = False
 
 
+def key_advert(round_idx: int, silo: int, c_pk: str, s_pk: str) -> bytes:
+    """What a silo signs with its identity key when it advertises its round keys."""
+    return f"fedveil-secagg-keys|{round_idx}|{silo}|{c_pk}|{s_pk}".encode()
+
+
 class SecAggClient:
     """Silo ``silo_id``'s side: one session per round, in memory only (a silo that restarts
-    mid-round has lost it and counts as dropped from that round)."""
+    mid-round has lost it and counts as dropped from that round).
 
-    def __init__(self, silo_id: int, threshold: int) -> None:
+    With ``sign`` (the silo's identity key signing a payload, hex) and ``peer_keys`` (every
+    silo's public identity key, from ``federation.json``) the round keys are authenticated:
+    each advertisement is signed, and a silo shares its secrets only with silos whose
+    advertisement verifies under their registered key. A server (or anyone who can submit a
+    run) then cannot invent silos to collect t shares of one silo's secrets (the attack the
+    protocol's PKI assumption rules out; Bonawitz et al. 2017, section 4).
+    """
+
+    def __init__(self, silo_id: int, threshold: int, sign=None, peer_keys: dict[int, str] | None = None) -> None:
         if threshold < 2:
             raise SecAggError(f"a threshold of {threshold} would let one silo's shares open another's secrets; use 2 or more")
-        self.silo_id, self.threshold = silo_id, threshold
+        self.silo_id, self.threshold, self.sign, self.peer_keys = silo_id, threshold, sign, peer_keys
         self.sessions: dict[int, _ClientSession] = {}
 
     def advertise(self, round_idx: int) -> dict[str, str]:
         c_private, c_public = crypto.new_key_pair()
         s_private, s_public = crypto.new_key_pair()
         self.sessions = {round_idx: _ClientSession(c_private, c_public, s_private, s_public)}  # older rounds are over
-        return {"c_pk": _hex(c_public), "s_pk": _hex(s_public)}
+        advert = {"c_pk": _hex(c_public), "s_pk": _hex(s_public)}
+        if self.sign is not None:
+            advert["signature"] = self.sign(key_advert(round_idx, self.silo_id, advert["c_pk"], advert["s_pk"]))
+        return advert
+
+    def _check_signed(self, round_idx: int, publics: dict[int, dict[str, str]]) -> None:
+        from .silo_identity import verify
+
+        for v, p in publics.items():
+            registered = self.peer_keys.get(int(v))
+            if registered is None:
+                raise SecAggError(f"silo {v} is not in the federation's silo keys")
+            if not verify(registered, str(p.get("signature", "")), key_advert(round_idx, int(v), str(p["c_pk"]), str(p["s_pk"]))):
+                raise SecAggError(f"the round keys of silo {v} are not signed by its registered key")
 
     def _session(self, round_idx: int) -> _ClientSession:
         if round_idx not in self.sessions:
@@ -108,6 +134,8 @@ class SecAggClient:
     def share(self, round_idx: int, publics: dict[int, dict[str, str]]) -> dict[int, str]:
         """Encrypted shares of b_u and s_u for every other silo of U1 (``publics``)."""
         session = self._session(round_idx)
+        if self.peer_keys is not None:
+            self._check_signed(round_idx, publics)
         keys = {int(v): (_unhex(p["c_pk"], "c_pk"), _unhex(p["s_pk"], "s_pk")) for v, p in publics.items()}
         if keys.get(self.silo_id) != (session.c_public, session.s_public):
             raise SecAggError(f"silo {self.silo_id}: the key list does not hold its own keys")
@@ -196,10 +224,11 @@ class SecAggServer:
     def collect_keys(self, replies: dict[int, dict[str, str]]) -> dict[int, dict[int, dict[str, str]]]:
         """From the ``advertise`` replies (U1), the ``share`` request of each silo: every key."""
         for u, r in replies.items():
-            if isinstance(r, dict) and set(r) == {"c_pk", "s_pk"} and all(_is_hex(r[k], crypto.SEED_BYTES) for k in r):
-                self.publics[int(u)] = {"c_pk": r["c_pk"], "s_pk": r["s_pk"]}
+            keys_ok = isinstance(r, dict) and {"c_pk", "s_pk"} <= set(r) <= {"c_pk", "s_pk", "signature"}
+            if keys_ok and all(_is_hex(r[k], crypto.SEED_BYTES) for k in ("c_pk", "s_pk")) and _is_hex(r.get("signature", ""), None):
+                self.publics[int(u)] = dict(r)
             else:
-                self._reject(u, "advertise: not two 32-byte public keys")
+                self._reject(u, "advertise: not two 32-byte public keys (and a signature)")
         self._enough(self.publics, "advertise")
         return {u: self.publics for u in self.publics}
 

@@ -67,7 +67,8 @@ from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule
 from . import wire
 from .private_files import private_folder, write_private
 from .secagg import SecAggClient, SecAggError
-from .silo_data import SiloDataError, load_silo, read_federation
+from .silo_data import SiloDataError, load_silo, read_federation, read_silo_keys
+from .silo_identity import load_silo_key
 
 SECAGG_KINDS = ("train.secagg_advertise", "train.secagg_share", "train.secagg_unmask")  # secure aggregation's stages
 LEDGER_FILE = "ledger.pt"
@@ -163,6 +164,9 @@ class Silo:
         self.state_dir = private_folder(state_dir)
         self._load_ledger()
         self.secure = SecureSumSettings.from_config(config.secure_aggregation) if config.secure_aggregation.enabled else None
+        # the silo's identity key and every silo's public key, where its folder has them
+        # (from_folder): secure aggregation's round keys are then signed and checked
+        self.identity_key, self.peer_keys = None, None
         self.secagg: SecAggClient | None = None  # this round's session, made at its advertise stage
 
     @classmethod
@@ -182,7 +186,11 @@ class Silo:
             )
         client_id, data = own_rows if own_rows is not None else load_silo(folder)[:2]
         state_dir = Path(folder) / "state" if state_dir is None else state_dir
-        return cls(config, shape, client_id, data, state_dir, share_metrics)
+        silo = cls(config, shape, client_id, data, state_dir, share_metrics)
+        keys = read_silo_keys(folder)
+        if keys:
+            silo.identity_key, silo.peer_keys = load_silo_key(folder), keys
+        return silo
 
     # ------------------------------------------------------------------ persistence
     def _load_ledger(self) -> None:
@@ -235,7 +243,8 @@ class Silo:
 
     def secagg_advertise(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
         self._stage_request(round_idx, tensors, skeleton)
-        self.secagg = SecAggClient(self.client_id, self._threshold(round_idx))
+        sign = None if self.identity_key is None else (lambda payload: self.identity_key.sign(payload).hex())
+        self.secagg = SecAggClient(self.client_id, self._threshold(round_idx), sign, self.peer_keys)
         return wire.pack(self.secagg.advertise(round_idx))
 
     def secagg_share(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:

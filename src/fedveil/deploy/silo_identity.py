@@ -69,11 +69,14 @@ def sign_claim(key, nonce: str, silo: int, node: int) -> str:
 
 def verify_claim(public: str, signature: str, nonce: str, silo: int, node: int) -> bool:
     """Whether ``signature`` is silo ``silo``'s key's signature of (nonce, silo, node)."""
+    return verify(public, signature, _payload(nonce, silo, node))
+
+
+def verify(public: str, signature: str, payload: bytes) -> bool:
+    """Whether ``signature`` (hex) is the Ed25519 signature of ``payload`` under ``public`` (hex)."""
     ed25519 = _ed25519()
     try:
-        ed25519.Ed25519PublicKey.from_public_bytes(bytes.fromhex(public)).verify(
-            bytes.fromhex(signature), _payload(nonce, silo, node)
-        )
+        ed25519.Ed25519PublicKey.from_public_bytes(bytes.fromhex(public)).verify(bytes.fromhex(signature), payload)
     except Exception:  # InvalidSignature, malformed hex or key: not this silo
         return False
     return True
