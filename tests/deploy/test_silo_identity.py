@@ -123,3 +123,17 @@ def test_a_silo_listed_offline_for_a_moment_after_answering_is_waited_for(tmp_pa
     transport.answered_last.discard(1)  # silo 1 failed its last request: no waiting for it
     grid.listings, grid.offline_polls = 1, 10**9
     assert transport.reachable() == [0] and grid.listings == 2
+
+
+def test_a_silo_whose_node_was_offline_at_discovery_is_found_before_a_later_round(tmp_path):
+    """A resumed run once lost a silo for good: its node was listed offline while the server
+    looked for its silos, and it was never looked for again."""
+    prepare_silos(tiny_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
+    keys = read_silo_keys(tmp_path / "fed")
+    nodes = {11: genuine(silo_folder(tmp_path / "fed", 0), 0), 21: genuine(silo_folder(tmp_path / "fed", 1), 1)}
+    grid = FakeGrid(nodes)
+    late = nodes.pop(21)
+    transport = FlowerTransport(grid, 2, timeout=1.0, wait_for=0.0, silo_keys=keys)
+    assert transport.node_of == {0: 11}
+    nodes[21] = late  # back online
+    assert transport.reachable() == [0, 1] and transport.node_of == {0: 11, 1: 21}

@@ -35,6 +35,7 @@ from .silo_identity import new_nonce, verify_claim
 QUERY = "query"  # message type: which silo is this node (train and evaluate are the server's request kinds)
 POLL_S = 0.2  # how often a round asks the SuperLink for replies (Flower's send_and_receive: 3 s)
 RECONNECT_GRACE_S = 30.0  # how long a round waits for a silo that answered last time but is listed offline
+QUERY_TIMEOUT_S = 15.0  # how long one discovery pass waits for nodes to say which silo they are
 LOG = logging.getLogger("fedveil.deploy")
 
 
@@ -62,7 +63,8 @@ class FlowerTransport:
     is dropped. A silo that answered its last request but whose node Flower lists offline
     (a SuperLink restarted on its database marks nodes offline until their next heartbeat,
     up to about 20 s later) is waited for up to ``RECONNECT_GRACE_S`` before the round
-    goes on without it; a silo that failed its last request is not waited for."""
+    goes on without it; a silo that failed its last request is not waited for. A silo not
+    found yet (its node was offline, or joined late) is looked for again before each round."""
 
     name = "flower"
 
@@ -73,8 +75,8 @@ class FlowerTransport:
         self.silo_keys = silo_keys or {}
         self.node_of: dict[int, int] = {}  # silo id -> node id
         self.refused: dict[int, str] = {}  # node id -> why its claim was refused
+        self.answered_last: set[int] = set()  # silos whose last request (or the query) was answered
         self._discover(wait_for)
-        self.answered_last = set(self.node_of)  # silos whose last request (or the query) was answered
 
     def _discover(self, wait_for: float) -> None:
         """Ask every node which silo it is, until all silos answered or ``wait_for`` seconds passed."""
@@ -85,14 +87,23 @@ class FlowerTransport:
                 nonces = {n: new_nonce() for n in asked}
                 replies = self.grid.send_and_receive(
                     [Message(RecordDict({"meta": ConfigRecord({"nonce": nonces[n]})}), n, QUERY) for n in asked],
-                    timeout=self.timeout,
+                    timeout=min(self.timeout, QUERY_TIMEOUT_S),
                 )
                 for reply in replies:
                     if not reply.has_error():
                         self._claim(reply, nonces)
+                        if self.node_of.get(self._claimed(reply)) == reply.metadata.src_node_id:
+                            self.answered_last.add(self._claimed(reply))
             if len(self.node_of) >= self.num_silos or time.monotonic() > deadline:
                 return
             time.sleep(0.5)
+
+    @staticmethod
+    def _claimed(reply: Message) -> int | None:
+        try:
+            return int(reply.content["meta"]["silo"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def _claim(self, reply: Message, nonces: dict[int, str]) -> None:
         """Map the silo a node claims to it, if its signature proves the silo's key."""
@@ -117,6 +128,8 @@ class FlowerTransport:
         self.node_of[cid] = node
 
     def reachable(self) -> list[int]:
+        if len(self.node_of) < self.num_silos:
+            self._discover(wait_for=0.0)  # one more pass for silos not found yet
         deadline = time.monotonic() + min(self.timeout, RECONNECT_GRACE_S)
         while True:
             connected = set(self.grid.get_node_ids())
