@@ -207,6 +207,8 @@ class SubnetAggregation:
 class ADDS(Algorithm):
     """ADDS (Alg. 1, Eq. 12-19); see the module docstring."""
 
+    delta_messages = False  # its messages are sampled sub-networks, not a delta
+
     Params = ADDSParams
     supports_example_dp = False
     submodel_messages = True  # each client uploads its subnet only

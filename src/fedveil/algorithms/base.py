@@ -115,6 +115,10 @@ class Algorithm:
     # Secure aggregation: the server's ``aggregate`` needs only the weighted mean of the
     # messages' ``delta`` (by ``weights``), so the sum of masked updates suffices (FedAvg family).
     secure_summable: ClassVar[bool] = False
+    # Robust aggregation (federation.aggregation, update_norm_bound) bounds and combines each
+    # message's ``delta``; algorithms whose messages carry none (sub-networks, compressed
+    # updates, personal models only) set this False and a run asking for it is refused.
+    delta_messages: ClassVar[bool] = True
     # Extra client metrics that are no function of the client's rows (hyper-parameters, its
     # budget's width, sizes fixed by the config) or only of its DP releases: a DP run keeps
     # these and withholds every other ``extra_metrics`` key (privacy.keep_unnoised keeps all).

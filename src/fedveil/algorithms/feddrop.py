@@ -40,6 +40,8 @@ class FedDropParams(AlgorithmParams):
 class FedDrop(Algorithm):
     """See the module docstring."""
 
+    delta_messages = False  # its messages are sampled sub-networks, not a delta
+
     Params = FedDropParams
     submodel_messages = True  # each client uploads the sub-model it trained
 

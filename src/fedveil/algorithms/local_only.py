@@ -18,6 +18,8 @@ from .base import ALGORITHMS, Algorithm, ClientResult, ClientTask, State
 class Local(Algorithm):
     """Per-client models trained in isolation; the server state never changes."""
 
+    delta_messages = False  # nothing is aggregated
+
     has_personal_models = True
     has_global_model = False
 

@@ -44,6 +44,8 @@ def task_covariance(models: list[P.Params]) -> torch.Tensor:
 class Mocha(Algorithm):
     """Personal models trained on F_k + lambda/2 tr(W^T Sigma W); Sigma re-estimated from W each round."""
 
+    delta_messages = False  # its messages are personal models, not a delta
+
     Params = MochaParams
     has_personal_models = True
     has_global_model = False

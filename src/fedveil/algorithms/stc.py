@@ -137,6 +137,8 @@ class STC(Algorithm):
     """FedAvg's local training; top-p sparsified, ternarised updates with residuals on
     clients and server (Sattler et al. 2019)."""
 
+    delta_messages = False  # its messages are compressed updates, not a delta
+
     Params = STCParams
     public_metrics = ("params_uploaded", "upload_bits")  # top-k of a fixed sparsity: sizes the config sets
 

@@ -73,8 +73,8 @@ def robust_messages(
     trimmed mean) replaced by the robust aggregate of all deltas; other keys unchanged."""
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {', '.join(AGGREGATIONS)}")
-    if (aggregation == "mean" and norm_bound is None) or not messages:
-        return messages
+    if (aggregation == "mean" and norm_bound is None) or not any(m for _, m in messages):
+        return messages  # also when every message is empty: nothing was sent (FedAvg-then-local's local phase)
     if any("delta" not in m for _, m in messages):
         raise ValueError("robust aggregation needs messages with a 'delta' (the FedAvg family, MR-MTL)")
     out = [(cid, {**m, "delta": bound_norm(m["delta"], norm_bound)}) if norm_bound is not None else (cid, m)

@@ -130,6 +130,12 @@ def build_run_pieces(
         private=config.privacy.level != "none", data=config.data.model_dump(mode="json"),
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm.typed_params(), ctx)
+    fed = config.federation
+    if (fed.aggregation != "mean" or fed.update_norm_bound is not None) and not algorithm.delta_messages:
+        raise ConfigError(
+            f"federation.aggregation / update_norm_bound: {config.algorithm.name}'s messages carry no update delta to "
+            "bound or combine robustly; use aggregation = \"mean\" without update_norm_bound"
+        )
     if config.secure_aggregation.enabled and not algorithm.secure_summable:
         raise ConfigError(
             f"secure_aggregation: {config.algorithm.name}'s server needs each client's message, not only their sum; "
