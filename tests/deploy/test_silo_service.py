@@ -75,6 +75,21 @@ def config_json(config) -> str:
     return json.dumps(config.model_dump(mode="json"), sort_keys=True)
 
 
+def run_through_services(config, shape, services: list[SiloService]) -> tuple[dict, MemoryRecorder]:
+    """The deployed server's run of ``config`` with every silo behind its service's socket."""
+    with contextlib.ExitStack() as stack:
+        for service in services:
+            stack.enter_context(serving(service))
+        transport = SocketTransport({k: s.socket_path for k, s in enumerate(services)}, config_json(config))
+        recorder = MemoryRecorder()
+        summary = DeployedServer(config, shape).run(transport, recorder)
+    return summary, recorder
+
+
+def services_for(folder: Path, sockets: Path, count: int) -> list[SiloService]:
+    return [SiloService(silo_folder(folder, k), sockets / f"s{k}.sock", share_metrics=True) for k in range(count)]
+
+
 def test_a_run_through_the_silo_services_equals_the_in_process_silos(tmp_path):
     config = tiny_config(**MR_MTL)
     server, loopback = deployed(config, tmp_path / "inproc")
@@ -83,14 +98,8 @@ def test_a_run_through_the_silo_services_equals_the_in_process_silos(tmp_path):
 
     prepare_silos(config, tmp_path / "fed")
     shape, _ = read_federation(tmp_path / "fed")
-    services = [SiloService(silo_folder(tmp_path / "fed", k), tmp_path / f"s{k}.sock", share_metrics=True)
-                for k in range(shape.num_clients)]
-    with contextlib.ExitStack() as stack:
-        for service in services:
-            stack.enter_context(serving(service))
-        transport = SocketTransport({k: s.socket_path for k, s in enumerate(services)}, config_json(config))
-        recorder = MemoryRecorder()
-        summary = DeployedServer(config, shape).run(transport, recorder)
+    services = services_for(tmp_path / "fed", tmp_path, shape.num_clients)
+    summary, recorder = run_through_services(config, shape, services)
     assert_same_params(recorder.model, expected.model)
     assert [r["train_loss"] for r in recorder.rows] == [r["train_loss"] for r in expected.rows]
     assert summary["deployment"]["quarantined"] == {} and summary["deployment"]["dropped"] == {}
@@ -105,14 +114,7 @@ def test_secure_aggregation_through_the_silo_services_equals_the_in_process_silo
     _, expected, _ = deploy(config, tmp_path / "inproc")
     prepare_silos(config, tmp_path / "fed")
     shape, _ = read_federation(tmp_path / "fed")
-    services = [SiloService(silo_folder(tmp_path / "fed", k), tmp_path / f"s{k}.sock", share_metrics=True)
-                for k in range(shape.num_clients)]
-    with contextlib.ExitStack() as stack:
-        for service in services:
-            stack.enter_context(serving(service))
-        transport = SocketTransport({k: s.socket_path for k, s in enumerate(services)}, config_json(config))
-        recorder = MemoryRecorder()
-        DeployedServer(config, shape).run(transport, recorder)
+    _, recorder = run_through_services(config, shape, services_for(tmp_path / "fed", tmp_path, shape.num_clients))
     assert [r["survivors"] for r in recorder.rows] == [5, 5]
     assert_same_params(recorder.model, expected.model)
 

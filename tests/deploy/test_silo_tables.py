@@ -4,7 +4,6 @@ to end through their sockets; a silo file that breaks the schema stops its servi
 start with one line naming the column."""
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 from pathlib import Path
@@ -14,13 +13,11 @@ import pytest
 
 from fedveil.config import validate
 from fedveil.data.errors import DataError
-from fedveil.deploy import DeployedServer
 from fedveil.deploy.silo_data import SILO_FILE, read_federation, silo_folder
 from fedveil.deploy.silo_service import SiloService
 from fedveil.deploy.silo_table import load_silo_table, table_schema, write_schema_federation
-from fedveil.runtime.recorder import MemoryRecorder
 
-from tests.deploy.test_silo_service import SocketTransport, config_json, serving
+from tests.deploy.test_silo_service import run_through_services
 
 pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 HEADER = ["age", "smoker", "sex", "readmitted"]
@@ -67,13 +64,7 @@ def test_three_silos_read_their_own_csv_and_train_end_to_end(tmp_path):
     assert [s.own_rows[0] for s in services] == [0, 1, 2]
     assert [s.own_rows[1].num_train + len(s.own_rows[1].test) for s in services] == [80, 60, 40]
     fed_shape, _ = read_federation(tmp_path / "fed")
-    with contextlib.ExitStack() as stack:
-        for service in services:
-            stack.enter_context(serving(service))
-        recorder = MemoryRecorder()
-        summary = DeployedServer(config, fed_shape).run(
-            SocketTransport({k: s.socket_path for k, s in enumerate(services)}, config_json(config)), recorder
-        )
+    summary, recorder = run_through_services(config, fed_shape, services)
     assert [r["survivors"] for r in recorder.rows] == [3, 3, 3, 3]
     assert 0 < summary["epsilon"] <= 4.0 * (1 + 1e-6)
     assert summary["evaluated_silos"] == 3

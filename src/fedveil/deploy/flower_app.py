@@ -90,29 +90,20 @@ class FlowerTransport:
                     timeout=min(self.timeout, QUERY_TIMEOUT_S),
                 )
                 for reply in replies:
-                    if not reply.has_error():
-                        self._claim(reply, nonces)
-                        if self.node_of.get(self._claimed(reply)) == reply.metadata.src_node_id:
-                            self.answered_last.add(self._claimed(reply))
+                    if not reply.has_error() and self._claim(reply, nonces):
+                        self.answered_last.add(int(reply.content["meta"]["silo"]))
             if len(self.node_of) >= self.num_silos or time.monotonic() > deadline:
                 return
             time.sleep(0.5)
 
-    @staticmethod
-    def _claimed(reply: Message) -> int | None:
-        try:
-            return int(reply.content["meta"]["silo"])
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def _claim(self, reply: Message, nonces: dict[int, str]) -> None:
-        """Map the silo a node claims to it, if its signature proves the silo's key."""
+    def _claim(self, reply: Message, nonces: dict[int, str]) -> bool:
+        """Map the silo a node claims to it, if its signature proves the silo's key; whether it was mapped."""
         node, meta = reply.metadata.src_node_id, reply.content["meta"]
         try:
             cid = int(meta["silo"])
         except (KeyError, TypeError, ValueError):
             self.refused[node] = "no silo id"
-            return
+            return False
         why = None
         if cid in self.node_of:
             why = f"claims silo {cid}, already served by node {self.node_of[cid]}"
@@ -124,8 +115,9 @@ class FlowerTransport:
         if why is not None:
             self.refused[node] = why
             LOG.warning("node %d %s: refused, it gets no request", node, why)
-            return
+            return False
         self.node_of[cid] = node
+        return True
 
     def reachable(self) -> list[int]:
         if len(self.node_of) < self.num_silos:
