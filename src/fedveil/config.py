@@ -317,6 +317,10 @@ class SecureAggregationConfig(_Section):
     weight_scale: float = Field(
         1000.0, gt=0.0, description="public scale of the FedAvg weights (rows): weight/weight_scale multiplies each update",
     )
+    colluders: int = Field(
+        0, ge=0, description="distributed DP (privacy.level = client): silos that may collude with the server; their "
+        "noise shares are not counted, so every silo adds more",
+    )
 
 
 class RayConfig(_Section):
@@ -398,11 +402,6 @@ class RunConfig(_Section):
             raise ValueError(
                 "secure_aggregation: the server sees only the sum of the updates, so it cannot bound or trim each one; "
                 "drop federation.aggregation / update_norm_bound"
-            )
-        if self.secure_aggregation.enabled and self.privacy.level == "client":
-            raise ValueError(
-                "secure_aggregation with privacy.level = \"client\" needs each silo to add its share of the noise "
-                "(distributed DP), which is not built yet; use privacy.level = \"example\""
             )
         cohort_epsilons = self.privacy.client_epsilons
         if cohort_epsilons is not None and len(cohort_epsilons) != self.data.num_clients:

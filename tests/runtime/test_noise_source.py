@@ -34,6 +34,10 @@ RUN_CASES = {
     "dp-fedavg adaptive, poisson cohorts": {
         "privacy": {**CLIENT, "adaptive_clip": True, "clip_count_noise": 2.0}, "federation": {"sampling": "poisson"},
     },
+    "distributed dp-fedavg under secure aggregation": {
+        "privacy": {**CLIENT, "delta": 1e-5}, "secure_aggregation": {"enabled": True},
+        "federation": {"clients_per_round": 5},
+    },
     "ifca": algorithm_sections("ifca", {"privacy": {"level": "example", "epsilon": 8.0, "delta": 1e-5}}),
     "fedfed": algorithm_sections("fedfed_fedavg", {}),
 }

@@ -24,10 +24,11 @@ from .composition import (
     releases_epsilon,
     schedule_releases,
 )
-from .events import as_releases, check_sample_rate, event_key, gaussian_steps_release
+from .events import Release, as_releases, check_sample_rate, event_key, gaussian_steps_release
 from .relations import check_sampling
+from .skellam import SKELLAM_RELATIONS, skellam_event
 
-__all__ = ["calibrate_noise", "calibrate_noise_schedule"]
+__all__ = ["calibrate_noise", "calibrate_noise_schedule", "calibrate_skellam", "skellam_releases"]
 
 
 def _check_noise_range(min_noise_multiplier: Any, max_noise_multiplier: Any) -> tuple[float, float]:
@@ -270,3 +271,34 @@ def calibrate_noise_schedule(
     guess = constant * math.sqrt(np.mean(base**-2.0))
     scale = _solve_noise(eps_of, target, delta, z_min, z_max, rtol, start=guess, factor=1.02)
     return scale * base
+
+
+def skellam_releases(noise_multipliers: Sequence[float], l2_sensitivity: float, l1_sensitivity: float) -> list[Release]:
+    """One Skellam release per round at variance ``(z_r * l2_sensitivity)^2``
+    (:mod:`fedveil.privacy.skellam`; ``z_r`` is std / L2 sensitivity, as for a Gaussian)."""
+    return [
+        Release(skellam_event((z * l2_sensitivity) ** 2, l2_sensitivity, l1_sensitivity), 1, SKELLAM_RELATIONS)
+        for z in noise_multipliers
+    ]
+
+
+def calibrate_skellam(
+    shape: Sequence[float], target_epsilon: float, delta: float, l2_sensitivity: float, l1_sensitivity: float,
+    *, orders: Sequence[float] | None = None, rtol: float = 1e-4,
+) -> np.ndarray:
+    """Noise multipliers ``z_r = s * shape_r / min(shape)`` of one Skellam release per round
+    with the smallest scale ``s`` whose RDP epsilon is <= ``target_epsilon`` (the distributed
+    mechanism, :mod:`fedveil.runtime.distributed_dp`). The search starts from the Gaussian of
+    the same rounds without sampling, which the Skellam bound approaches as the variance grows."""
+    base = checks.positive_vector("shape", shape)
+    base = base / base.min()
+    target = checks.positive("target_epsilon", target_epsilon)
+    delta = checks.fraction("delta", delta)
+    orders_t = check_orders(orders)
+
+    def eps_of(scale: float) -> float:
+        return releases_epsilon(skellam_releases(scale * base, l2_sensitivity, l1_sensitivity), delta, "rdp", orders_t, 1e-4)
+
+    gaussian = _calibrate_cached(target, delta, 1.0, base.size, "full", "rdp", None, True, orders_t, 1e-4, rtol, 1e6, 1e-3)
+    guess = gaussian * math.sqrt(np.mean(base**-2.0))
+    return _solve_noise(eps_of, target, delta, 1e-3, 1e6, rtol, start=guess, factor=1.02) * base

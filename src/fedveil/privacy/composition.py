@@ -36,6 +36,7 @@ from . import checks
 from .events import Release, check_sample_rate, event_from_dict, event_key, gaussian_steps_release
 from .relations import ALL_RELATIONS, check_sampling, relation_names, resolve_relation
 from .sgm_rdp import poisson_gaussian_rdp
+from .skellam import SKELLAM_RELATIONS, SkellamDpEvent, skellam_rdp
 
 __all__ = ["ACCOUNTANTS", "MRMTL_ORDERS", "DEFAULT_ORDERS", "epsilon", "schedule_epsilon"]
 
@@ -104,8 +105,11 @@ def new_accountant(kind: str, relation: NeighboringRelation, orders: tuple, vdi:
 
 @functools.lru_cache(maxsize=4096)
 def _supports_probe(kind: str, relation: NeighboringRelation, key: str) -> bool:
+    event = event_from_dict(json.loads(key))
+    if isinstance(event, SkellamDpEvent):  # fedveil's own event: an RDP bound, under zero-out
+        return kind == "rdp" and relation in SKELLAM_RELATIONS
     probe = new_accountant(kind, relation, (2.0,), 1e-2)
-    return probe.supports(event_from_dict(json.loads(key)))
+    return probe.supports(event)
 
 
 def admissible_relations(kind: str, release: Release, key: str) -> frozenset:
@@ -120,7 +124,8 @@ def unsupported_message(kind: str, release: Release, relations: frozenset) -> st
     if kind == "pld":
         hint = (
             " The PLD accountant supports Gaussian, Poisson-subsampled Gaussian and shuffle releases; "
-            "use accountant='rdp' for sampling without replacement ('fixed') and zCDP / report-noisy-max events."
+            "use accountant='rdp' for sampling without replacement ('fixed'), zCDP / report-noisy-max events "
+            "and Skellam (distributed DP) releases."
         )
     return (
         f"the {kind.upper()} accountant cannot account {name} ({release.label or release.event}) under "
@@ -151,6 +156,10 @@ def _is_poisson_gaussian(event: dp_event.DpEvent) -> bool:
 def rdp_curve(key: str, relation: NeighboringRelation, orders: tuple) -> np.ndarray:
     """RDP curve (read-only, one entry per order) of one application of the event with key ``key``."""
     event = event_from_dict(json.loads(key))
+    if isinstance(event, SkellamDpEvent):
+        vec = skellam_rdp(event, orders)
+        vec.setflags(write=False)
+        return vec
     if relation is NeighboringRelation.ADD_OR_REMOVE_ONE and _is_poisson_gaussian(event):
         vec = poisson_gaussian_rdp(event.sampling_probability, event.event.noise_multiplier, orders)
         vec.setflags(write=False)

@@ -66,6 +66,7 @@ from dp_accounting import dp_event
 
 from . import checks
 from .relations import ALL_RELATIONS, SAMPLING_RELATIONS, check_sampling, parse_relation
+from .skellam import FEDVEIL_EVENTS
 
 __all__ = [
     "Release",
@@ -113,7 +114,7 @@ def event_from_dict(data: Mapping) -> dp_event.DpEvent:
     """Inverse of :func:`event_to_dict`."""
     if not isinstance(data, Mapping) or "type" not in data:
         raise ValueError(f"not a serialised DpEvent (missing 'type'): {data!r}.")
-    cls = getattr(dp_event, str(data["type"]), None)
+    cls = FEDVEIL_EVENTS.get(str(data["type"])) or getattr(dp_event, str(data["type"]), None)
     if not (isinstance(cls, type) and issubclass(cls, dp_event.DpEvent)):
         raise ValueError(f"unknown DpEvent type {data['type']!r} in serialised ledger.")
 

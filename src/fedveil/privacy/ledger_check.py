@@ -26,6 +26,7 @@ from collections import defaultdict
 from dp_accounting import dp_event
 
 from .events import Release
+from .skellam import SkellamDpEvent
 from .ledger import PrivacyLedger, Subject
 
 RELATIVE_TOLERANCE = 1e-6  # accounted and planned epsilon may differ by this relative amount
@@ -57,6 +58,12 @@ def dominates(planned: dp_event.DpEvent, recorded: dp_event.DpEvent) -> bool:
         )
     if isinstance(planned, dp_event.ZCDpEvent):
         return recorded.rho <= planned.rho * (1 + _MATCH_TOLERANCE)
+    if isinstance(planned, SkellamDpEvent):  # more noise, no larger sensitivities: no larger RDP bound
+        return (
+            recorded.variance >= planned.variance * (1 - _MATCH_TOLERANCE)
+            and recorded.l2_sensitivity <= planned.l2_sensitivity * (1 + _MATCH_TOLERANCE)
+            and recorded.l1_sensitivity <= planned.l1_sensitivity * (1 + _MATCH_TOLERANCE)
+        )
     return planned == recorded
 
 

@@ -64,6 +64,52 @@ class SecureRandom:
         keys = torch.from_numpy(np.frombuffer(os.urandom(8 * n), dtype=np.int64).copy())
         return torch.argsort(keys, stable=True)
 
+    def poisson(self, lam: float, n: int) -> np.ndarray:
+        """``n`` Poisson(``lam``) draws (int64): inversion for ``lam`` < 10, else Hoermann's
+        transformed rejection with squeeze (PTRS, "The transformed rejection method for
+        generating Poisson random variables", 1993), from secure uniforms."""
+        if lam < 10:
+            return self._poisson_by_inversion(lam, n)
+        slam, loglam = math.sqrt(lam), math.log(lam)
+        b = 0.931 + 2.53 * slam
+        a = -0.059 + 0.02483 * b
+        log_invalpha = math.log(1.1239 + 1.1328 / (b - 3.4))
+        vr = 0.9277 - 3.6224 / (b - 2)
+        out = np.empty(n, dtype=np.int64)
+        todo = np.arange(n)
+        while todo.size:
+            u = self.uniform(todo.size).numpy() - 0.5
+            v = self.uniform(todo.size).numpy()
+            us = 0.5 - np.abs(u)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                k = np.floor((2 * a / us + b) * u + lam + 0.43)
+                fast = (us >= 0.07) & (v <= vr)
+                candidate = ~fast & (us > 0) & (k >= 0) & ~((us < 0.013) & (v > us))
+                kk = np.where(candidate, k, 0.0)
+                lhs = np.log(v) + log_invalpha - np.log(a / (us * us) + b)
+                rhs = -lam + kk * loglam - torch.lgamma(torch.from_numpy(kk + 1.0)).numpy()
+            accept = fast | (candidate & (lhs <= rhs))
+            out[todo[accept]] = k[accept].astype(np.int64)
+            todo = todo[~accept]
+        return out
+
+    def _poisson_by_inversion(self, lam: float, n: int) -> np.ndarray:
+        """Poisson(``lam``) by sequential search of the CDF (small ``lam`` only)."""
+        u = self.uniform(n).numpy()
+        k = np.zeros(n, dtype=np.int64)
+        p = math.exp(-lam)
+        cdf = np.full(n, p)
+        pk = np.full(n, p)
+        below = u >= cdf
+        while below.any():
+            k[below] += 1
+            pk = np.where(below, pk * lam / np.maximum(k, 1), pk)
+            cdf = np.where(below, cdf + pk, cdf)
+            below = u >= cdf
+            if k.max() > 10 * lam + 100:  # floating-point tail: the CDF cannot reach u
+                break
+        return k
+
     def __repr__(self) -> str:
         return "SecureRandom(os.urandom)"
 
@@ -91,6 +137,7 @@ RandomSource = Union[torch.Generator, np.random.Generator, SecureRandom, ZeroNoi
 MECHANISMS: dict[str, tuple[str, ...]] = {
     "dp-sgd": ("gaussian/poisson", "gaussian/shuffle", "gaussian/fixed", "gaussian/full"),  # batches + noise, both executors
     "dp-fedavg": ("gaussian/poisson", "gaussian/fixed"),  # client-level noise, adaptive clipping's count
+    "distributed-dp": ("skellam/secure-sum",),  # each silo's Skellam share under secure aggregation
     "client-sampling": (),  # client-level DP's secure cohorts (the seeded ones are pre-generated)
     "ifca-selection": ("report_noisy_max",),
     "fedfed-release": ("shared features",),
@@ -202,6 +249,23 @@ def uniform(
     if isinstance(source, np.random.Generator):
         return _on(torch.from_numpy(source.random(shape)).to(dtype), device)
     return _on(torch.rand(shape, generator=source, dtype=dtype, device=source.device), device)
+
+
+def skellam(n: int, variance: float, source: RandomSource) -> np.ndarray:
+    """``n`` int64 draws of the symmetric Skellam noise of ``variance`` mu:
+    ``Poisson(mu/2) - Poisson(mu/2)`` (:mod:`fedveil.privacy.skellam`), from ``source``
+    (``torch.poisson`` for a torch generator, ``poisson`` for a numpy one, PTRS on secure
+    uniforms for :data:`SECURE`; zeros for a zero-noise stream)."""
+    if isinstance(source, ZeroNoiseStream):
+        return np.zeros(n, dtype=np.int64)
+    half = variance / 2.0
+    if isinstance(source, SecureRandom):
+        return source.poisson(half, n) - source.poisson(half, n)
+    if isinstance(source, np.random.Generator):
+        return source.poisson(half, n) - source.poisson(half, n)
+    rates = torch.full((2, n), half, dtype=torch.float64, device=source.device)
+    draws = torch.poisson(rates, generator=source).cpu().numpy().astype(np.int64)
+    return draws[0] - draws[1]
 
 
 def permutation(n: int, source: RandomSource, device: torch.device | str | None = None) -> torch.Tensor:

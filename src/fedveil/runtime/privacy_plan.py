@@ -27,7 +27,7 @@ from ..algorithms.base import Algorithm
 from ..errors import ConfigError
 from ..config import PrivacyConfig
 from ..params import Params
-from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule
+from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule, calibrate_skellam, skellam_releases
 from ..privacy.composition import epsilon, schedule_epsilon
 from ..privacy.events import Release, gaussian_steps_release
 from ..privacy.ledger import PrivacyLedger
@@ -38,6 +38,8 @@ from ..privacy.person_level import person_epsilon, person_summary
 from ..privacy.randomness import NoiseSource, RandomSource
 from ..privacy.schedules import quantise_shape
 from ..training.local import LocalTrainer
+from .distributed_dp import DistributedDP, DistributedDPError, silo_streams, summed
+from .secure_sum import SecureSumSettings, layout_of
 
 POPULATION = PrivacyLedger.POPULATION
 PER_CLIENT_METRICS_LIMIT = 100  # metrics rows list per-client epsilons up to this many clients
@@ -68,7 +70,10 @@ class RunPrivacy:
     num_clients: int
     shape: np.ndarray  # noise multiplier of round r is z * shape[r]; all ones without a schedule
     clients: dict[int, ClientPlan] = field(default_factory=dict)  # example level
-    server: ClientLevelDP | None = None  # client level
+    server: ClientLevelDP | None = None  # client level, noised by the server
+    distributed: DistributedDP | None = None  # client level under secure aggregation, noised by the silos
+    secure: SecureSumSettings | None = None  # the secure aggregation the distributed noise is shared over
+    released_rounds: list[int] = field(default_factory=list)  # distributed: the rounds whose sum was unmasked
     population_noise: float = 0.0  # client level: z at shape 1
     population_rate: float = 0.0
     population_sampling: str = "poisson"
@@ -83,13 +88,14 @@ class RunPrivacy:
     def from_config(
         cls, cfg: PrivacyConfig, num_clients: int, train_sizes: Mapping[int, int], trainer: LocalTrainer,
         model: nn.Module, algorithm: Algorithm, schedule: list[np.ndarray], fed_sampling: str, clients_per_round: int,
-        weighted_sampling: bool = False,
+        weighted_sampling: bool = False, secure: SecureSumSettings | None = None,
     ) -> "RunPrivacy | None":
         """Plan the run's privacy; raises :class:`ConfigError` for anything unaccountable.
         ``train_sizes`` maps the clients to plan (all of them in a simulation, a deployed silo
         its own) to their training rows. At level "none" there is a plan only when the
         algorithm's setup releases data (FedFed's shared features): its ledger records and
-        reports them, with no DP-SGD."""
+        reports them, with no DP-SGD. Client level with ``secure`` (secure aggregation) is
+        distributed DP: the silos share the noise (:mod:`fedveil.runtime.distributed_dp`)."""
         setup = {}
         if algorithm.has_setup:
             setup = {cid: algorithm.planned_setup_releases(cid, n) for cid, n in train_sizes.items()}
@@ -107,6 +113,8 @@ class RunPrivacy:
             )
         if cfg.level == "example":
             run._plan_example_level(train_sizes, trainer, model, algorithm, schedule)
+        elif cfg.level == "client" and secure is not None:
+            run._plan_distributed(algorithm, model, schedule, clients_per_round, secure)
         elif cfg.level == "client":
             run._plan_client_level(
                 algorithm, len(schedule), fed_sampling, clients_per_round, num_clients, weighted_sampling
@@ -200,6 +208,91 @@ class RunPrivacy:
                 update_noise_multiplier(z * float(self.shape.max()), count_noise)
             except ValueError as err:
                 raise ConfigError(f"privacy: {err}") from None
+
+    def _plan_distributed(self, algorithm, model: nn.Module, schedule, cohort: int, secure: SecureSumSettings) -> None:
+        """Distributed DP: the Skellam noise per round, calibrated to the budget without any
+        sampling amplification (the server picks and sees each cohort), and shared so that
+        every round that completes carries at least it."""
+        cfg = self.config
+        if not algorithm.supports_client_dp:
+            raise ConfigError(
+                f"privacy.level: client-level DP needs an algorithm whose message is only a model update "
+                f"(fedavg, fedprox, fedavgm, fedadam, fedyogi); {type(algorithm).__name__} sends more"
+            )
+        if cfg.adaptive_clip:
+            raise ConfigError(
+                "privacy.adaptive_clip: under secure aggregation the clipped-count release would need distributed "
+                "noise too, which is not built; use a fixed privacy.clip"
+            )
+        if cfg.accountant != "rdp":
+            raise ConfigError("privacy.accountant: distributed DP's Skellam releases have an RDP bound only; use \"rdp\"")
+        if cfg.records_per_person > 1:
+            raise ConfigError("privacy.records_per_person: distributed DP has no person-level accounting yet; use 1")
+        dimension = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+        dd = DistributedDP(cfg.clip, secure.bits, dimension, float(cohort), secure.colluders)
+        try:
+            dd.check_bits()
+        except DistributedDPError as err:
+            raise ConfigError(str(err)) from None
+        d2, d1 = dd.l2_sensitivity, dd.l1_sensitivity
+        shape = self.shape[: len(schedule)]
+        if cfg.noise_multiplier is not None:
+            zs = cfg.noise_multiplier * shape
+        else:
+            try:
+                zs = calibrate_skellam(shape, cfg.epsilon, cfg.delta, d2, d1, orders=self.ledger.orders)
+            except ValueError as err:
+                raise ConfigError(f"privacy: the population: {err}") from None
+        self.planned_epsilon = self.ledger.epsilon_of(skellam_releases(zs, d2, d1), cfg.delta)
+        if cfg.epsilon is not None and self.planned_epsilon > cfg.epsilon * (1 + 1e-9):
+            raise ConfigError(
+                f"privacy: the distributed plan ({len(zs)} rounds at noise_multiplier={zs[0]:.4g}) spends "
+                f"epsilon={self.planned_epsilon:.4g} > budget {cfg.epsilon:.4g}; raise noise_multiplier or drop it"
+            )
+        self.population_noise = float(zs[0] / shape[0])
+        self.distributed, self.secure = dd, secure
+        try:
+            for r, members in enumerate(schedule):
+                if len(members) >= 2:
+                    dd.check_room(len(members), self.noise_share(r, len(members)))
+        except DistributedDPError as err:
+            raise ConfigError(str(err)) from None
+
+    def planned_variance(self, round_idx: int) -> float:
+        """Distributed DP: the Skellam variance round ``round_idx`` must carry (integer units)."""
+        assert self.distributed is not None
+        return (self.population_noise * float(self.shape[round_idx]) * self.distributed.l2_sensitivity) ** 2
+
+    def noise_share(self, round_idx: int, cohort_size: int) -> float:
+        """Distributed DP: each silo's Skellam variance in round ``round_idx``."""
+        assert self.distributed is not None and self.secure is not None
+        return self.distributed.share(self.planned_variance(round_idx), self.secure.threshold(cohort_size))
+
+    def distributed_mean_update(
+        self, updates: list[tuple[int, Params]], round_idx: int, cohort_size: int, seed: int,
+    ) -> Params | None:
+        """Distributed DP in a simulation: every silo's noised share as secure aggregation
+        sums it, decoded into the noisy mean; None (and no release) below the threshold."""
+        assert self.distributed is not None and self.secure is not None
+        if len(updates) < self.secure.threshold(cohort_size):
+            return None
+        share = self.noise_share(round_idx, cohort_size)
+        vectors = [
+            self.distributed.encode(update, share, *silo_streams(self.noise, seed, round_idx, cid))
+            for cid, update in updates
+        ]
+        first = next(iter(updates[0][1].values()))
+        mean = self.distributed.decode(summed(vectors), layout_of(updates[0][1]), first.dtype, first.device)
+        self.record_distributed(round_idx, len(updates), share)
+        return mean
+
+    def record_distributed(self, round_idx: int, survivors: int, share: float) -> None:
+        """Account the sum the server unmasked in round ``round_idx``: the plan's release is
+        expected, the noise the survivors actually carried recorded."""
+        assert self.distributed is not None
+        self.check.expect(POPULATION, [self.distributed.planned_release(self.planned_variance(round_idx))])
+        self.ledger.record(POPULATION, self.distributed.release(survivors, share))
+        self.released_rounds.append(round_idx)
 
     def _sampling_args(self, population: int, sampling: str | None = None) -> dict[str, Any]:
         """A sampling scheme (default: the configured one) as the accountant and the ledger take it."""
@@ -316,6 +409,8 @@ class RunPrivacy:
         """The releases the plan calibrated for round ``round_idx``, per subject."""
         if self.config.level == "none":  # only the setup's releases, expected before round 0
             return {}
+        if self.distributed is not None:  # expected as each round's sum is unmasked (record_distributed)
+            return {}
         if self.config.level == "client":
             z = self.population_noise * float(self.shape[round_idx])
             args = self._sampling_args(self.num_clients)
@@ -369,6 +464,14 @@ class RunPrivacy:
         if self.config.level == "example":
             out["noise_multiplier_per_client"] = [self.clients[c].noise_multiplier for c in range(self.num_clients)]
             out["planned_epsilon_per_client"] = [self.clients[c].planned_epsilon for c in range(self.num_clients)]
+        elif self.distributed is not None:
+            dd = self.distributed
+            out["noise_multiplier"] = self.population_noise
+            out["planned_epsilon"] = self.planned_epsilon
+            out["distributed_dp"] = {
+                "mechanism": "skellam", "bits": dd.bits, "colluders": dd.colluders, "l2_sensitivity": dd.l2_sensitivity,
+                "l1_sensitivity": dd.l1_sensitivity, "rounds_released": len(self.released_rounds),
+            }
         elif self.config.level == "client":
             assert self.server is not None
             out["noise_multiplier"] = self.population_noise
@@ -399,7 +502,10 @@ class RunPrivacy:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"ledger": self.ledger.state_dict(), "server": None if self.server is None else self.server.state_dict()}
+        return {
+            "ledger": self.ledger.state_dict(), "server": None if self.server is None else self.server.state_dict(),
+            "released_rounds": list(self.released_rounds),
+        }
 
     def load_state_dict(self, state: dict[str, Any], schedule: list[np.ndarray], rounds_done: int) -> None:
         """Restore the ledger (and adaptive clip) of a checkpoint after ``rounds_done`` rounds,
@@ -411,4 +517,8 @@ class RunPrivacy:
         self._expect_setup()
         for r in range(rounds_done):
             self._expect_round(r, [int(c) for c in schedule[r]])
+        self.released_rounds = [int(r) for r in state.get("released_rounds", [])]
+        if self.distributed is not None:
+            for r in self.released_rounds:
+                self.check.expect(POPULATION, [self.distributed.planned_release(self.planned_variance(r))])
         self.check.check()

@@ -39,10 +39,11 @@ class SecureSumSettings:
     bits: int
     weight_scale: float
     threshold_fraction: float
+    colluders: int = 0  # distributed DP: silos whose noise shares are not counted
 
     @classmethod
     def from_config(cls, section) -> "SecureSumSettings":
-        return cls(section.clip_range, section.bits, section.weight_scale, section.threshold)
+        return cls(section.clip_range, section.bits, section.weight_scale, section.threshold, section.colluders)
 
     def threshold(self, cohort_size: int) -> int:
         """Silos that must answer every stage: the fraction of the cohort, at least 2."""

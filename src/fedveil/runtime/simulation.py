@@ -247,6 +247,7 @@ class Simulation:
             config.privacy, data.num_clients, dict(enumerate(data.train_sizes().tolist())), trainer, model, algorithm,
             schedule, fed.sampling, fed.clients_per_round,
             weighted_sampling=fed.client_probabilities is not None,
+            secure=SecureSumSettings.from_config(config.secure_aggregation) if config.secure_aggregation.enabled else None,
         )
         init = initial_params(model_state(model), config.model.init_from, config.model.init_skip)
         data = federated_to(data, device)
@@ -332,7 +333,9 @@ class Simulation:
                 self.privacy.record_releases(task.client_id, result.releases)
         messages = [(c, r.message) for c, r in zip(cohort, results)]
         facts = {}
-        if self.privacy is not None and self.privacy.server is not None:
+        if self.privacy is not None and self.privacy.distributed is not None:
+            server, facts = self._distributed_update(planned, messages, round_idx, len(cohort)), {}
+        elif self.privacy is not None and self.privacy.server is not None:
             server, facts = self._client_level_update(planned, messages, round_idx)
         elif self.config.secure_aggregation.enabled:
             server = self.algorithm.aggregate(planned, securely_summed(self.config, self.algorithm, messages, round_idx), round_idx)
@@ -365,6 +368,12 @@ class Simulation:
         generator = self.privacy.noise.stream("dp-fedavg", torch_generator(self.config.seed, "client-dp", round_idx))
         mean, facts = self.privacy.private_mean_update([m["delta"] for _, m in messages], template, generator, round_idx)
         return self.algorithm.server_update(server_state, mean), facts
+
+    def _distributed_update(self, server_state, messages, round_idx: int, cohort_size: int):
+        """Distributed DP: the server unmasks only the noisy sum of the silos' shares."""
+        updates = [(cid, m["delta"]) for cid, m in messages]
+        mean = self.privacy.distributed_mean_update(updates, round_idx, cohort_size, self.config.seed)
+        return server_state if mean is None else self.algorithm.server_update(server_state, mean)
 
     def evaluator(self) -> RoundEvaluator:
         ev = self.config.eval
