@@ -74,9 +74,10 @@ def check_packed(tensors: dict[str, torch.Tensor], skeleton: str, limits: ReplyL
         raise InvalidReply(f"reply nests {depth} levels deep")
 
 
-def check_train_reply(value: Any, limits: ReplyLimits, secure: bool = False) -> None:
+def check_train_reply(value: Any, limits: ReplyLimits, secure: bool = False, weighted: bool = True) -> None:
     """The unpacked train reply: keys, message tensors and numbers (under secure aggregation
-    the masked vector and its layout instead), metrics, epsilon."""
+    the masked vector and its layout instead, with the weight's entry unless ``weighted`` is
+    false: distributed DP's uniform mean), metrics, epsilon."""
     if not isinstance(value, dict):
         raise InvalidReply(f"reply is a {type(value).__name__}, not a mapping")
     keys, expected = set(value), SECURE_REPLY_KEYS if secure else REPLY_KEYS
@@ -91,16 +92,16 @@ def check_train_reply(value: Any, limits: ReplyLimits, secure: bool = False) -> 
     for name, number in metrics.items():
         _check_logged(f"extra_metrics/{name}", number)
     if secure:
-        _check_masked(value["masked"], value["layout"], limits)
+        _check_masked(value["masked"], value["layout"], limits, weighted)
         return
     if not isinstance(value["message"], dict):
         raise InvalidReply("the message must be a mapping")
     _check_tree(value["message"], "message", limits, 0)
 
 
-def _check_masked(masked: Any, layout: Any, limits: ReplyLimits) -> None:
+def _check_masked(masked: Any, layout: Any, limits: ReplyLimits, weighted: bool) -> None:
     """A masked update: one int64 vector of 32-bit words, one number per entry of a layout
-    of model parameters (each at its shape) plus the weight."""
+    of model parameters (each at its shape), plus the weight when ``weighted``."""
     if not isinstance(layout, list) or not layout:
         raise InvalidReply("layout must be a non-empty list of [parameter, shape]")
     size = 0
@@ -112,8 +113,10 @@ def _check_masked(masked: Any, layout: Any, limits: ReplyLimits) -> None:
         if name not in limits.shapes or limits.shapes[name] != shape:
             raise InvalidReply(f"layout: {name} {list(shape)} is not a parameter of the model at its shape")
         size += shape.numel()
-    if not isinstance(masked, torch.Tensor) or masked.dtype != torch.int64 or masked.shape != (size + 1,):
-        raise InvalidReply(f"masked must be an int64 vector of {size + 1} numbers (the layout and the weight)")
+    size += int(weighted)
+    if not isinstance(masked, torch.Tensor) or masked.dtype != torch.int64 or masked.shape != (size,):
+        what = "the layout and the weight" if weighted else "the layout"
+        raise InvalidReply(f"masked must be an int64 vector of {size} numbers ({what})")
     if bool(((masked < 0) | (masked >= 1 << 32)).any()):
         raise InvalidReply("masked holds numbers outside 32 bits")
 

@@ -32,6 +32,7 @@ from ..privacy.person_level import PersonEpsilon, person_summary
 from ..runtime.device import resolve_device
 from ..runtime.evaluation import score_name
 from ..runtime.initial_model import initial_params
+from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.recorder import MemoryRecorder, RunRecorder
 from ..runtime.round_metrics import summarize_client_scores
 from ..runtime.run_dir import RunDirError, config_fingerprint
@@ -85,6 +86,13 @@ class DeployedServer:
         self.limits = ReplyLimits.for_model(self.init, submodels=self.algorithm.submodel_messages)
         sa = self.config.secure_aggregation
         self.secure = SecureSumSettings.from_config(sa) if sa.enabled else None
+        self.privacy = None  # distributed DP: the server accounts the noisy sums it unmasks
+        if self.secure is not None and self.config.privacy.level == "client":
+            fed = self.config.federation
+            self.privacy = RunPrivacy.from_config(
+                self.config.privacy, self.shape.num_clients, {}, self.trainer, self.model, self.algorithm, self.schedule,
+                fed.sampling, fed.clients_per_round, secure=self.secure,
+            )
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -104,6 +112,8 @@ class DeployedServer:
             }
         else:
             state = checkpoint
+            if self.privacy is not None:
+                self.privacy.load_state_dict(state["privacy"], self.schedule, state["round"])
         rows = recorder.rows_through(state["round"])
         rounds, every = self.config.federation.rounds, self.config.checkpoint.every
         started = time.perf_counter() - state["elapsed_s"]
@@ -125,7 +135,9 @@ class DeployedServer:
             _, client_rows = self.evaluate(state, rounds - 1, transport)
         epsilons = {int(k): v for k, v in state["epsilon"].items()}
         privacy = {}
-        if self.config.privacy.level != "none":
+        if self.privacy is not None:
+            privacy = self.privacy.summary()
+        elif self.config.privacy.level != "none":
             privacy = {
                 "privacy_level": self.config.privacy.level, "delta": self.config.privacy.delta,
                 "epsilon": max(epsilons.values(), default=0.0),
@@ -162,9 +174,13 @@ class DeployedServer:
             results = robust_messages_of(self.config, [(cid, values[cid]["message"]) for cid in cohort if cid in values])
         else:
             values, results = self._secure_round(planned, cohort, asked, round_idx, transport, state, dropped)
-        if results:
+        if results and self.privacy is not None:  # distributed DP: the one noisy mean update
+            state["server"] = self.algorithm.server_update(planned, results[0][1]["delta"])
+        elif results:
             state["server"] = self.algorithm.aggregate(planned, results, round_idx)
         state["round"] = round_idx + 1
+        if self.privacy is not None:
+            state["privacy"] = self.privacy.state_dict()
         row: dict[str, Any] = {
             "round": round_idx + 1, "cohort_size": len(cohort), "survivors": len(values) if results else 0,
             "lr": self.trainer.lr_at(round_idx),
@@ -174,7 +190,9 @@ class DeployedServer:
         losses = [v["loss"] for v in values.values() if v["loss"] is not None and not np.isnan(v["loss"])]
         if losses:
             row["train_loss"] = float(np.mean(losses))
-        if self.config.privacy.level != "none":
+        if self.privacy is not None:
+            row["epsilon"] = self.privacy.metrics()["epsilon"]
+        elif self.config.privacy.level != "none":
             row["epsilon"] = max(state["epsilon"].values(), default=0.0)
             row["epsilon_per_client"] = [state["epsilon"].get(str(c), 0.0) for c in range(self.shape.num_clients)]
         extra: dict[str, list[float]] = {}
@@ -262,8 +280,19 @@ class DeployedServer:
             return values, []
         self._reject_malformed(server, state, dropped, round_idx, summed=set(survivors))
         layout = [(key, tuple(shape)) for key, shape in next(iter(values.values()))["layout"]]
+        if self.privacy is not None:
+            return values, [(-1, {"delta": self._noisy_mean(total, layout, round_idx, len(cohort), len(survivors))})]
         combined = decode(total, len(survivors), layout, self.secure, self.limits.dtype, self.device)
         return values, [] if combined is None else [(-1, combined)]
+
+    def _noisy_mean(self, total: np.ndarray, layout, round_idx: int, cohort_size: int, survivors: int):
+        """Distributed DP: the noisy mean update from the unmasked sum, its release accounted
+        (the noise the survivors carried) and the ledger checked against the plan."""
+        share = self.privacy.noise_share(round_idx, cohort_size)
+        mean = self.privacy.distributed.decode(total, layout, self.limits.dtype, self.device)
+        self.privacy.record_distributed(round_idx, survivors, share)
+        self.privacy.check.check()
+        return mean
 
     @staticmethod
     def _reject_malformed(
@@ -280,7 +309,7 @@ class DeployedServer:
         """A silo's train reply, unpacked once it passed :mod:`.reply_check` (raises InvalidReply)."""
         check_packed(*reply, self.limits)
         value = wire.unpack(*reply, device=self.device)
-        check_train_reply(value, self.limits, secure=self.secure is not None)
+        check_train_reply(value, self.limits, secure=self.secure is not None, weighted=self.privacy is None)
         return value
 
     def check_reported_epsilon(self, cid: int, reported: float) -> None:

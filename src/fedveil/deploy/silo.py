@@ -49,6 +49,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..algorithms.base import ClientTask
@@ -62,6 +63,7 @@ from ..runtime.evaluation import check_metrics
 from ..runtime.privacy_plan import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
 from ..runtime.run_dir import config_fingerprint
+from ..runtime.distributed_dp import silo_streams
 from ..runtime.secure_sum import SecureSumSettings, encode, layout_of
 from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule, training_task
 from . import wire
@@ -113,10 +115,11 @@ def non_finite(value: Any, path: str = "") -> str | None:
 
 def check_deployable(config: RunConfig, algorithm) -> None:
     """What deployment does not do yet, refused in one line before anything starts."""
-    if config.privacy.level == "client":
+    if config.privacy.level == "client" and not config.secure_aggregation.enabled:
         raise ConfigError(
-            "privacy.level: client-level DP noises the aggregate on the server; deployment runs example-level "
-            "(silo-specific) DP, where each silo noises its own training: use privacy.level = \"example\""
+            "privacy.level: central client-level DP trusts the server to add the noise; deployed, the silos add it "
+            "themselves under secure aggregation (distributed DP): set secure_aggregation.enabled = true, or use "
+            "privacy.level = \"example\""
         )
     if algorithm.has_setup:
         raise ConfigError(f"algorithm: {type(algorithm).__name__} has a setup phase, which deployment does not run yet")
@@ -147,11 +150,14 @@ class Silo:
         self.data = federated_to(own, self.device)
         fed = config.federation
         self.schedule = run_schedule(config, shape.num_clients)
+        self.secure = SecureSumSettings.from_config(config.secure_aggregation) if config.secure_aggregation.enabled else None
         self.privacy = RunPrivacy.from_config(
             config.privacy, shape.num_clients, {client_id: data.num_train}, self.trainer, self.model, self.algorithm,
             self.schedule, fed.sampling, fed.clients_per_round, weighted_sampling=fed.client_probabilities is not None,
+            secure=self.secure,
         )
-        if self.privacy is not None and self.privacy.clients and not config.privacy.secure_rng:
+        noised_here = self.privacy is not None and (self.privacy.clients or self.privacy.distributed is not None)
+        if noised_here and not config.privacy.secure_rng:
             warnings.warn(
                 "privacy.secure_rng is false: this silo's DP noise comes from streams seeded by the config, which the "
                 "server knows; set privacy.secure_rng = true in a real deployment",
@@ -163,7 +169,6 @@ class Silo:
         )
         self.state_dir = private_folder(state_dir)
         self._load_ledger()
-        self.secure = SecureSumSettings.from_config(config.secure_aggregation) if config.secure_aggregation.enabled else None
         # the silo's identity key and every silo's public key, where its folder has them
         # (from_folder): secure aggregation's round keys are then signed and checked
         self.identity_key, self.peer_keys = None, None
@@ -309,8 +314,7 @@ class Silo:
             reply["person_epsilon"] = dataclasses.asdict(person)
         if self.secure is not None:  # the update leaves only masked; the record keeps it quantised, unmasked
             message = reply.pop("message")
-            weight = self.algorithm.weights([message])[0]
-            quantized = encode(message["delta"], weight, self.secure, self.config.seed, round_idx, self.client_id)
+            quantized = self._secure_input(message, round_idx)
             reply["secure_input"] = torch.from_numpy(quantized.astype("int64"))
             reply["layout"] = [[key, list(shape)] for key, shape in layout_of(message["delta"])]
         reply_tensors, reply_skeleton = wire.pack(reply)
@@ -320,6 +324,16 @@ class Silo:
         }
         write_private(self._round_file(round_idx), lambda handle: torch.save(record, handle))
         return self._sent(round_idx, reply_tensors, reply_skeleton, inbox)
+
+    def _secure_input(self, message: dict[str, Any], round_idx: int) -> np.ndarray:
+        """The vector secure aggregation sums: the quantised weighted update, or under
+        distributed DP the clipped, rounded update with this silo's Skellam share added."""
+        if self.privacy is not None and self.privacy.distributed is not None:
+            share = self.privacy.noise_share(round_idx, len(self.schedule[round_idx]))
+            streams = silo_streams(self.privacy.noise, self.config.seed, round_idx, self.client_id)
+            return self.privacy.distributed.encode(message["delta"], share, *streams)
+        weight = self.algorithm.weights([message])[0]
+        return encode(message["delta"], weight, self.secure, self.config.seed, round_idx, self.client_id)
 
     def _sent(self, round_idx: int, reply_tensors, reply_skeleton: str, inbox: Any) -> tuple[dict[str, torch.Tensor], str]:
         """What leaves for a recorded reply: itself, or under secure aggregation its update masked."""
