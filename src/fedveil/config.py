@@ -309,8 +309,9 @@ class SecureAggregationConfig(_Section):
 
     enabled: bool = Field(False, description="mask every update so that the server learns only their sum (FedAvg family)")
     threshold: float = Field(
-        0.66, gt=0.0, le=1.0,
-        description="share of the cohort that must answer every stage (at least 2 silos); fewer ends the round unchanged",
+        0.66, gt=0.5, le=1.0,
+        description="share of the cohort that must answer every stage (at least 2 silos); fewer ends the round unchanged; "
+        "above half, so that no round can be unmasked over two sets of silos",
     )
     clip_range: float = Field(8.0, gt=0.0, description="each coordinate of weight/weight_scale * update clipped to +-this")
     bits: int = Field(20, ge=1, le=31, description="quantisation bits per coordinate (the 32-bit sum must not overflow)")

@@ -197,3 +197,24 @@ def test_a_silo_shares_its_secrets_only_with_silos_whose_round_keys_their_regist
             silos[0].answer("train.secagg_share", 0, *wire.pack({"round": 0, "client": 0, "publics": publics}))
     shares = wire.unpack(*silos[0].answer("train.secagg_share", 0, *wire.pack({"round": 0, "client": 0, "publics": genuine})))
     assert set(shares) == {1, 2}
+
+
+def test_a_round_is_never_unmasked_over_two_sets_of_silos(tmp_path):
+    """A later session of a round (a resumed or a curious server) gets every silo's recorded
+    input again, masked afresh: unmasking it over other survivors would reveal the
+    difference of the two sums. The silos refuse; over the same survivors they answer."""
+    from fedveil.deploy.loopback import LoopbackTransport
+
+    config = secure_config(federation={"rounds": 1, "clients_per_round": 5})
+    _, recorder, transport = deploy(config, tmp_path / "fed")
+    server = DeployedServer(config, read_federation(tmp_path / "fed")[0])
+
+    def again(faults):
+        state = {"round": 0, "server": server.algorithm.init_server(server.init), "elapsed_s": 0.0, "epsilon": {},
+                 "quarantined": {}}
+        return server.train_round(state, 0, LoopbackTransport(transport.silos, faults))
+
+    row = again({(0, 4): "down"})  # silo 4 left out: the sum would be the first one minus its input
+    assert row["survivors"] == 0
+    assert any("unmasked over silos [0, 1, 2, 3, 4] already" in why for why in row["dropped"].values())
+    assert again({})["survivors"] == 5  # the same survivors: the same sum again, nothing new

@@ -102,7 +102,7 @@ def theorem_epsilon(variances, d2, d1, delta, orders):
     return float(np.min(rdp + np.log((a - 1) / a) - (math.log(delta) + np.log(a)) / (a - 1)))
 
 
-@pytest.mark.parametrize("threshold, colluders", [(1.0, 0), (0.5, 0), (0.5, 1)])
+@pytest.mark.parametrize("threshold, colluders", [(1.0, 0), (0.66, 0), (0.66, 1)])
 def test_the_ledger_records_the_noise_the_survivors_carried(threshold, colluders):
     config = dist_config(secure_aggregation={"threshold": threshold, "colluders": colluders})
     sim = Simulation.from_config(config)

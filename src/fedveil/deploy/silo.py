@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 import re
@@ -67,7 +68,7 @@ from ..runtime.distributed_dp import silo_streams
 from ..runtime.secure_sum import SecureSumSettings, encode, layout_of
 from ..runtime.simulation import FederationShape, build_run_pieces, run_schedule, training_task
 from . import wire
-from .private_files import private_folder, write_private
+from .private_files import private_folder, write_private, write_private_bytes
 from .secagg import SecAggClient, SecAggError
 from .silo_data import SiloDataError, load_silo, read_federation, read_silo_keys
 from .silo_identity import load_silo_key
@@ -257,9 +258,33 @@ class Silo:
         return wire.pack(self._secagg_call(lambda s: s.share(round_idx, request.get("publics") or {})))
 
     def secagg_unmask(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Reveal the shares that unmask the sum over ``survivors``, once per round and set of
+        survivors, whatever the session: a silo's recorded input is replayed (masked afresh)
+        in a later session of the same round, so unmasking that round over another set of
+        survivors would hand the server the difference of two sums, the input of the silos
+        in one set only. With a threshold above half the cohort no second set can then be
+        unmasked at all (the silos that answered the first hold more than the rest)."""
         request = self._stage_request(round_idx, tensors, skeleton)
         survivors, dropped = list(request.get("survivors") or []), list(request.get("dropped") or [])
-        return wire.pack(self._secagg_call(lambda s: s.unmask(round_idx, survivors, dropped)))
+        earlier = self._unmasked_for(round_idx)
+        shares = self._secagg_call(lambda s: s.unmask(round_idx, survivors, dropped))
+        summed = sorted(int(c) for c in survivors)
+        if earlier is not None and earlier != summed:
+            raise SiloRefused(
+                f"silo {self.client_id}: round {round_idx + 1} was unmasked over silos {earlier} already; another set "
+                "of survivors would reveal the difference of the two sums"
+            )
+        if earlier is None:  # kept before the shares leave
+            write_private_bytes(self._unmask_file(round_idx), json.dumps(summed).encode())
+        return wire.pack(shares)
+
+    def _unmask_file(self, round_idx: int) -> Path:
+        return self.state_dir / f"unmasked-{round_idx}.json"
+
+    def _unmasked_for(self, round_idx: int) -> list[int] | None:
+        """The survivors this silo unmasked round ``round_idx`` over, in any session, or None."""
+        path = self._unmask_file(round_idx)
+        return json.loads(path.read_text()) if path.exists() else None
 
     def _secagg_call(self, step):
         if self.secagg is None:
