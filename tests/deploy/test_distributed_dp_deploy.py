@@ -111,3 +111,12 @@ def test_client_level_dp_without_secure_aggregation_is_refused_for_deployment():
     sim = Simulation.from_config(config)
     with pytest.raises(ConfigError, match="secure_aggregation.enabled = true"):
         check_deployable(config, sim.algorithm)
+
+
+def test_a_silo_knows_the_population_plan_its_max_epsilon_is_checked_against(tmp_path):
+    config = ddp_config()
+    _, _, transport = deploy(config, tmp_path / "fed")
+    silo = transport.silos[0]
+    plan = Simulation.from_config(config).privacy
+    assert silo.planned_epsilon_through(2) == pytest.approx(plan.planned_epsilon, rel=1e-9)
+    assert 0 < silo.planned_epsilon_through(0) < silo.planned_epsilon_through(2) <= 6.0 * (1 + 1e-9)

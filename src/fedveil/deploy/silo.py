@@ -389,7 +389,11 @@ class Silo:
 
     def planned_epsilon_through(self, round_idx: int) -> float:
         """Epsilon of every release the plan calibrated for this silo in rounds 0..``round_idx``
-        (the rounds of the seeded schedule it is in), plus its setup releases."""
+        (the rounds of the seeded schedule it is in), plus its setup releases; under distributed
+        DP the population's releases through that round, which cover every silo."""
+        if self.privacy.distributed is not None:
+            planned = [self.privacy.distributed.planned_release(self.privacy.planned_variance(r)) for r in range(round_idx + 1)]
+            return self.privacy.ledger.epsilon_of(planned, self.config.privacy.delta)
         planned = list(self.privacy.setup.get(self.client_id, []))
         for r in range(round_idx + 1):
             if self.client_id in {int(c) for c in self.schedule[r]}:
