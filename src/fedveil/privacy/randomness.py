@@ -254,8 +254,8 @@ def uniform(
 def skellam(n: int, variance: float, source: RandomSource) -> np.ndarray:
     """``n`` int64 draws of the symmetric Skellam noise of ``variance`` mu:
     ``Poisson(mu/2) - Poisson(mu/2)`` (:mod:`fedveil.privacy.skellam`), from ``source``
-    (``torch.poisson`` for a torch generator, ``poisson`` for a numpy one, PTRS on secure
-    uniforms for :data:`SECURE`; zeros for a zero-noise stream)."""
+    (``poisson`` for a numpy generator, PTRS on secure uniforms for :data:`SECURE`; zeros for
+    a zero-noise stream). The shares are added on the host, to what secure aggregation masks."""
     if isinstance(source, ZeroNoiseStream):
         return np.zeros(n, dtype=np.int64)
     half = variance / 2.0
@@ -263,9 +263,7 @@ def skellam(n: int, variance: float, source: RandomSource) -> np.ndarray:
         return source.poisson(half, n) - source.poisson(half, n)
     if isinstance(source, np.random.Generator):
         return source.poisson(half, n) - source.poisson(half, n)
-    rates = torch.full((2, n), half, dtype=torch.float64, device=source.device)
-    draws = torch.poisson(rates, generator=source).cpu().numpy().astype(np.int64)
-    return draws[0] - draws[1]
+    raise ValueError(f"Skellam noise is drawn on the host from a numpy generator or the secure source; got {source!r}")
 
 
 def permutation(n: int, source: RandomSource, device: torch.device | str | None = None) -> torch.Tensor:
