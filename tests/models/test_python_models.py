@@ -107,7 +107,7 @@ def test_batchnorm_is_refused_under_dp_with_the_fix_named_and_the_fix_works(tmp_
     model = converted((4,), 2)
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     norm = model.net[2]
-    assert isinstance(norm, nn.GroupNorm) and norm.num_channels == 24 and norm.num_groups == 12  # groups of 2
+    assert isinstance(norm, nn.GroupNorm) and norm.num_channels == 24 and norm.num_groups == 1  # 24 features: one group of 16+
 
 
 def test_a_config_names_a_module_by_import_path():

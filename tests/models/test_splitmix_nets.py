@@ -13,6 +13,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from fedveil.models import BaseEnsemble, Scaler, build_model, model_options, rescale_init_
 from fedveil.models.digit_cnn import _digit_net
 from fedveil.models.scalable import make_norm
+from fedveil.privacy.dp_sgd import check_model_for_dp
 
 torch.set_num_threads(1)
 
@@ -159,7 +160,8 @@ def test_make_norm():
     with pytest.raises(ValueError, match="dims must be 1 or 2"):
         make_norm("batch_average", 4, 3)
     with pytest.raises(ValueError, match="norm must be one of"):
-        make_norm("group", 4, 2)
+        make_norm("layer", 4, 2)
+    assert make_norm("group", 8, 2).num_groups == 4 and make_norm("group", 256, 1).num_groups == 16
 
 
 # ------------------------------------------------------------------ builders
@@ -193,7 +195,7 @@ def test_output_shapes(name, input_shape, num_classes, out):
 @pytest.mark.parametrize("name", ["digit_cnn", "preresnet18"])
 def test_options_are_the_documented_ones(name):
     assert model_options(name) == {
-        "width": 1.0, "bases": 1, "norm": "batch_average", "rescale_init": True, "rescale_layer": None,
+        "width": 1.0, "bases": 1, "norm": "batch_average", "rescale_init": None, "rescale_layer": None,
     }
 
 
@@ -207,7 +209,7 @@ def test_options_are_the_documented_ones(name):
         ("preresnet18", {"width": "1"}, "width must be a finite number > 0"),
         ("digit_cnn", {"width": 0.01}, r"width=0.01 gives int\(0.01 \* 64\) = 0 channels"),
         ("preresnet18", {"width": 1.0, "bases": 128}, r"bases=128 = 0.0078125 gives .* = 0 channels.*>= 1/64"),
-        ("digit_cnn", {"norm": "group"}, "norm must be one of"),
+        ("digit_cnn", {"norm": "layer"}, "norm must be one of"),
         ("preresnet18", {"norm": "batch"}, "norm must be one of"),
         ("digit_cnn", {"rescale_init": "yes"}, "rescale_init must be True or False"),
         ("preresnet18", {"rescale_layer": 1}, "rescale_layer must be True or False"),
@@ -321,6 +323,7 @@ def test_rescale_layer_defaults_to_on_with_batch_norm_and_is_refused_without():
 
     assert scalers(build_model("digit_cnn", (1, 8, 8), 10, width=0.5)) == 5
     assert scalers(build_model("digit_cnn", (1, 8, 8), 10, width=0.5, norm="none")) == 0
+    assert scalers(build_model("digit_cnn", (1, 8, 8), 10, width=0.5, norm="group")) == 0  # GroupNorm undoes any scale
     assert scalers(build_model("digit_cnn", (1, 8, 8), 10, width=0.5, rescale_layer=False)) == 0
     with pytest.raises(ValueError, match="rescale_layer needs a BatchNorm"):
         build_model("preresnet18", (3, 8, 8), 10, width=0.5, norm="none", rescale_layer=True)
@@ -356,3 +359,49 @@ def test_refresh_batch_norm_runs_the_net_as_at_test_time_scalers_off():
     with torch.no_grad():
         torch.testing.assert_close(fresh["2.running_mean"], net[0](x).mean(0))  # not divided by the width
     assert net.training  # the module's mode is restored
+
+
+def test_group_norm_keeps_features_a_group_of_two_would_reduce_to_signs():
+    """After a linear layer GroupNorm sees only a group's features: two features a group
+    normalise to (+1, -1) whatever their values, which left Split-Mix's digit CNN at chance.
+    Groups of at least 16 features keep the magnitudes; after a convolution a group spans
+    every position of its channels, so two channels a group suffice."""
+    from fedveil.models.norm_conversion import group_count
+
+    pairs = nn.GroupNorm(2, 4, affine=False)(torch.tensor([[3.0, 1.0, 0.2, 0.1]]))
+    torch.testing.assert_close(pairs.abs(), torch.ones(1, 4), atol=1e-2, rtol=0)  # only the signs survive
+    assert [group_count(c, 1) for c in (8, 64, 256, 2048)] == [1, 4, 16, 32]
+    assert [group_count(c, 2) for c in (2, 8, 16, 128)] == [1, 4, 8, 32]
+    net = build_model("digit_cnn", (1, 8, 8), 10, width=0.125, norm="group")
+    norms = {name: m.num_groups for name, m in net.named_modules() if isinstance(m, nn.GroupNorm)}
+    assert norms == {"bn1": 4, "bn2": 4, "bn3": 8, "bn4": 16, "bn5": 4}
+    check_model_for_dp(net)  # no layer mixes the examples of a batch
+
+
+def test_the_private_route_of_the_digit_cnn_learns_centrally():
+    """The cause of Split-Mix's stuck private route (issue 36, item 1), shown centrally on
+    scikit-learn's digits: the narrow digit CNN of width 1/8 with the paper's rescaled init
+    and no BatchNorm stays at chance, with norm "none" (its output near zero) and with
+    GroupNorm alike; GroupNorm with the default init learns (and is what the defaults give)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
+    y = torch.tensor(digits.target)
+
+    def accuracy(**options) -> float:
+        torch.manual_seed(0)
+        net = build_model("digit_cnn", (1, 8, 8), 10, width=0.125, **options)
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(300):
+            idx = torch.randint(0, len(x), (32,), generator=gen)
+            loss = nn.functional.cross_entropy(net(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return float((net.eval()(x).argmax(1) == y).float().mean())
+
+    assert accuracy(norm="none", rescale_init=True) < 0.15
+    assert accuracy(norm="group", rescale_init=True) < 0.15
+    assert accuracy(norm="group") > 0.8  # default: rescale_init off with GroupNorm

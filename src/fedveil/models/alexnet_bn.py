@@ -58,7 +58,7 @@ def alexnet_bn(
     width: float = 1.0,
     bases: int = 1,
     norm: str = "batch_average",
-    rescale_init: bool = True,
+    rescale_init: bool | None = None,
     rescale_layer: bool | None = None,
 ) -> nn.Module:
     """AlexNet with BN for 256x256 images (any (C, H, W) with H, W >= 63); options as

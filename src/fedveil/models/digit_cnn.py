@@ -54,7 +54,7 @@ def digit_cnn(
     width: float = 1.0,
     bases: int = 1,
     norm: str = "batch_average",
-    rescale_init: bool = True,
+    rescale_init: bool | None = None,
     rescale_layer: bool | None = None,
 ) -> nn.Module:
     """conv5x5(64)-BN-ReLU-pool, conv5x5(64)-BN-ReLU-pool, conv5x5(128)-BN-ReLU, fc2048-BN-ReLU,

@@ -6,13 +6,18 @@ from __future__ import annotations
 from torch import nn
 
 MAX_GROUPS = 32
+MIN_GROUP = {1: 16, 2: 2}  # channels a group needs after a linear layer (1) and after a convolution (2)
 
 
-def _groups(channels: int) -> int:
-    """The largest divisor of ``channels`` up to MAX_GROUPS leaving at least 2 channels a
-    group (GroupNorm needs a divisor; a group of one channel of a (N, C) input would
-    normalise a single value)."""
-    return max(g for g in range(1, max(1, min(MAX_GROUPS, channels // 2)) + 1) if channels % g == 0)
+def group_count(channels: int, dims: int = 2) -> int:
+    """GroupNorm's groups for ``channels``: the most groups (up to MAX_GROUPS) that divide the
+    channels and leave each group at least MIN_GROUP[dims] of them. After a convolution
+    (``dims`` 2) a group spans every position of its channels, so 2 channels a group are
+    plenty; after a linear layer (``dims`` 1) a group is only its features, and a group of 2
+    normalises to +-1, keeping no more than a sign: there, 16 features a group (or one group)."""
+    least = MIN_GROUP[dims]
+    fitting = [g for g in range(1, MAX_GROUPS + 1) if channels % g == 0 and channels // g >= least]
+    return max(fitting, default=1)
 
 
 def batchnorm_to_groupnorm(model: nn.Module) -> nn.Module:
@@ -21,7 +26,9 @@ def batchnorm_to_groupnorm(model: nn.Module) -> nn.Module:
     carried over: convert before training."""
     for name, child in list(model.named_children()):
         if isinstance(child, nn.modules.batchnorm._BatchNorm):
-            setattr(model, name, nn.GroupNorm(_groups(child.num_features), child.num_features, eps=child.eps, affine=child.affine))
+            dims = 1 if isinstance(child, nn.BatchNorm1d) else 2
+            groups = group_count(child.num_features, dims)
+            setattr(model, name, nn.GroupNorm(groups, child.num_features, eps=child.eps, affine=child.affine))
         else:
             batchnorm_to_groupnorm(child)
     return model

@@ -10,7 +10,7 @@ COMMON: dict[str, str] = {
     "width": "scales every hidden layer's channels or units (int(width * c))",
     "bases": "M > 1: a Split-Mix ensemble of M base nets, each of width width / M",
     "norm": "normalisation layers: one of scalable.NORMS (batch_average: batch statistics, no buffers)",
-    "rescale_init": "Split-Mix's init rescaling (spec A.6); turn off with tracked BN",
+    "rescale_init": "Split-Mix's init rescaling (spec A.6); default on with BatchNorm, off with group or none; turn off with tracked BN",
     "rescale_layer": "Split-Mix's Scaler layer (spec A.6); None: on with BN",
     "hidden": "sizes of the hidden layers",
     "embed_dim": "size of each character's embedding",

@@ -81,7 +81,7 @@ def preresnet18(
     width: float = 1.0,
     bases: int = 1,
     norm: str = "batch_average",
-    rescale_init: bool = True,
+    rescale_init: bool | None = None,
     rescale_layer: bool | None = None,
 ) -> nn.Module:
     """Pre-activation ResNet18, stage widths 64/128/256/512 x ``width`` (``int(width * c)``),

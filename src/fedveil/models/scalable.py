@@ -14,9 +14,10 @@ from torch import nn
 
 from .dual_bn import DualBatchNorm, FiLMDualBatchNorm
 from .ensemble import ensemble_or_net
+from .norm_conversion import group_count
 
 NORMS = ("batch_average", "batch_tracked", "dual_batch_average", "dual_batch_tracked", "film_dual_batch_average",
-         "film_dual_batch_tracked", "none")
+         "film_dual_batch_tracked", "group", "none")
 
 
 def _check_width(width: float) -> float:
@@ -73,7 +74,7 @@ def rescale_init_except_first_(net: nn.Module, width: float, first: str = "conv1
 
 def build_scalable(
     model: str, make_net: Callable[[float, str, bool, bool], nn.Module], width: float, bases: int, narrowest: int,
-    norm: str, rescale_init: bool, rescale_layer: bool | None,
+    norm: str, rescale_init: bool | None, rescale_layer: bool | None,
 ) -> nn.Module:
     """The options every width-scalable builder shares, checked, then ``make_net(width, norm,
     rescale_init, rescale_layer)`` or, with ``bases > 1``, its Split-Mix ensemble
@@ -81,16 +82,18 @@ def build_scalable(
     smallest hidden channel count at width 1."""
     split_width(model, width, bases, narrowest)
     check_norm(norm)
-    check_flag("rescale_init", rescale_init)
+    init = resolve_rescale_init(norm, rescale_init)
     layer = resolve_rescale_layer(norm, rescale_layer)
-    return ensemble_or_net(lambda w: make_net(w, norm, rescale_init, layer), width, bases)
+    return ensemble_or_net(lambda w: make_net(w, norm, init, layer), width, bases)
 
 
 def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
     """The BN after a layer of ``channels`` outputs (Table C.3 options): ``"batch_average"``
     normalises with the batch's statistics in training AND eval and keeps no buffers (the
     paper's default); ``"batch_tracked"`` is ordinary BatchNorm with running statistics;
-    ``"none"`` is the identity (needed for example-level DP-SGD); the ``"dual_"`` forms are a
+    ``"group"`` is GroupNorm (Wu & He 2018: each example normalised on its own, so example-level
+    DP-SGD can bound it; groups as :func:`~.norm_conversion.group_count`); ``"none"`` is the
+    identity (no normalisation at all); the ``"dual_"`` forms are a
     clean and a noise BN of that kind, mixed at test time (:mod:`.dual_bn`); the ``"film_dual_"``
     forms are OAT's lambda-conditioned dual BNs. ``dims`` is 1 (after a linear layer) or 2 (after
     a convolution)."""
@@ -99,6 +102,8 @@ def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
         raise ValueError(f"dims must be 1 or 2, got {dims!r}")
     if norm == "none":
         return nn.Identity()
+    if norm == "group":
+        return nn.GroupNorm(group_count(channels, dims), channels)
     tracked = norm.endswith("tracked")
     if norm.startswith("film_dual_"):
         return FiLMDualBatchNorm(channels, dims, tracked)
@@ -137,12 +142,24 @@ def check_flag(name: str, value: bool) -> bool:
     return value
 
 
+def resolve_rescale_init(norm: str, rescale_init: bool | None) -> bool:
+    """``None`` (the default): the rescaled init is on with BatchNorm (the paper's setting) and
+    off with ``"group"`` and ``"none"``. Its smaller weights leave a narrow net without
+    normalisation with an output near zero, and, followed by GroupNorm (scale-invariant, so
+    small weights take large effective steps), the digit CNN of width 1/8 did not learn
+    either (``tests/models/test_splitmix_nets.py``)."""
+    if rescale_init is None:
+        return norm not in ("none", "group")
+    return check_flag("rescale_init", rescale_init)
+
+
 def resolve_rescale_layer(norm: str, rescale_layer: bool | None) -> bool:
     """``None`` (the default): the Scaler is on with BatchNorm (the paper's setting) and off with
     ``norm = "none"``: without a BN after it, a training-only division by the width would make
-    the trained net differ from the evaluated one (and grow activations width^-depth-fold)."""
+    the trained net differ from the evaluated one (and grow activations width^-depth-fold).
+    GroupNorm undoes any scale, so the Scaler changes nothing there and is off by default."""
     if rescale_layer is None:
-        return norm != "none"
+        return norm not in ("none", "group")
     check_flag("rescale_layer", rescale_layer)
     if rescale_layer and norm == "none":
         raise ValueError(
