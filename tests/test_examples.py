@@ -6,6 +6,7 @@ import pytest
 
 from fedveil.config import load_config
 from fedveil.ecos.config import load_ecos_config
+from fedveil.runtime.pets_job import load_pets_config
 from fedveil.runtime import Simulation
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.toml"))
@@ -13,8 +14,11 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.toml"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_config_is_valid(path):
-    if "ecos" in tomllib.loads(path.read_text()):  # an ECOS job (`fedveil ecos`), not a federated run
+    table = tomllib.loads(path.read_text())
+    if "ecos" in table:  # an ECOS job (`fedveil ecos`), not a federated run
         load_ecos_config(str(path))
+    elif "pipeline" in table:  # a PETs job (`fedveil pets`)
+        load_pets_config(str(path))
     else:
         load_config(str(path), [])
 

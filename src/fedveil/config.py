@@ -23,7 +23,9 @@ from .errors import ConfigError, format_validation_error
 DEVICE_NAMES = r"auto|cpu|cuda(:\d+)?"  # the spellings of ``device`` (resolved by fedveil.runtime.device)
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A config section: its keys are checked, and an unknown key is an error."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -83,7 +85,7 @@ class AlgorithmConfig(_NamedComponent):
         return ALGORITHMS.get(self.name).Params
 
 
-class DataConfig(_Section):
+class DataConfig(Section):
     name: str = Field("digits", description="data set (`fedveil datasets`)")
     root: str | None = Field(None, description="data directory; default $FEDVEIL_DATA/<name> or ~/.cache/fedveil/<name>")
     download: bool = Field(True, description="download from the canonical source when files are missing")
@@ -114,7 +116,7 @@ class DataConfig(_Section):
         return self
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images of at least 16x16, an MLP for smaller images (8x8 digits), char-LSTM for text, MLP/linear for tables")
     options: dict[str, Any] = Field(default_factory=dict, description="model options, e.g. { width = 0.5 }")
     init_from: str | None = Field(
@@ -127,7 +129,7 @@ class ModelConfig(_Section):
     )
 
 
-class ClientConfig(_Section):
+class ClientConfig(Section):
     """Local training: SGD with momentum / weight decay, epochs or a fixed step count."""
 
     epochs: int = Field(1, ge=1)
@@ -149,7 +151,7 @@ class ClientConfig(_Section):
     )
 
 
-class FederationConfig(_Section):
+class FederationConfig(Section):
     rounds: int = Field(20, ge=1, description="communication rounds")
     clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
     sampling: Literal["fixed", "poisson"] = Field(
@@ -175,7 +177,7 @@ class FederationConfig(_Section):
     )
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     every: int = Field(1, ge=1, description="rounds between evaluations (the last round is always evaluated)")
     batch_size: int = Field(1024, ge=1, description="evaluation batch size (memory only; scores do not depend on it)")
     personal: bool = Field(True, description="also score personal models where the algorithm has them")
@@ -204,7 +206,7 @@ class EvalConfig(_Section):
         return self
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0 = only at the end")
 
 
@@ -238,7 +240,7 @@ class NoiseScheduleConfig(_NamedComponent):
             raise ValueError(f"{err}, or constant") from None
 
 
-class PrivacyConfig(_Section):
+class PrivacyConfig(Section):
     """Differential privacy of the run (DESIGN idea 3); ``level = "none"`` turns it off.
 
     ``example``: DP-SGD inside every client's local training; each client (silo) is
@@ -303,7 +305,7 @@ class PrivacyConfig(_Section):
         return self
 
 
-class SecureAggregationConfig(_Section):
+class SecureAggregationConfig(Section):
     """Deployment: the server learns only the sum of the silos' updates (docs/deployment.md,
     "Secure aggregation"); the simulation sums the same quantised updates in the clear."""
 
@@ -324,7 +326,7 @@ class SecureAggregationConfig(_Section):
     )
 
 
-class RayConfig(_Section):
+class RayConfig(Section):
     """Where ``executor = "ray"`` runs: a local Ray instance or an existing cluster."""
 
     address: str | None = Field(None, description="Ray cluster address (e.g. ray://head:10001); none starts Ray locally")
@@ -332,7 +334,7 @@ class RayConfig(_Section):
     inner: Literal["serial", "vectorized"] = Field("vectorized", description="how a worker trains its shard")
 
 
-class LogConfig(_Section):
+class LogConfig(Section):
     """Experiment tracking: every round's metrics row (epsilon included) and the config also go
     to TensorBoard and/or MLflow (docs/outputs.md); needs `pip install 'fedveil[tracking]'`."""
 
@@ -344,7 +346,7 @@ class LogConfig(_Section):
     mlflow_run_name: str | None = Field(None, description="MLflow run name; default the run directory's name")
 
 
-class RunConfig(_Section):
+class RunConfig(Section):
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
     executor: Literal["serial", "vectorized", "ray"] = Field(
         "serial", description="how a round's cohort is trained: one client after another, stacked (fast), or on Ray"
@@ -440,6 +442,18 @@ def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
             raise ConfigError(f"cannot set '{'.'.join(path)}': '{key}' is not a section")
         tree = node
     tree[path[-1]] = value
+
+
+def apply_dotted_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``raw`` with ``section.key=value`` overrides set (values read as TOML): the
+    override form of configs other than the run config's (``fedveil pets``)."""
+    raw = _deep_copy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override '{item}' is not of the form section.key=value")
+        _set_path(raw, tuple(key.strip().split(".")), parse_value(text))
+    return raw
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

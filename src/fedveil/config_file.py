@@ -24,7 +24,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 # data paths a config file may give; relative ones are read from the file's own folder
-FILE_RELATIVE_PATHS = (("data", "root"), ("data", "options", "base_root"))
+FILE_RELATIVE_PATHS = (("data", "root"), ("data", "options", "base_root"), ("data", "dir"))  # data.dir: fedveil pets
 
 
 def file_relative_paths(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
