@@ -81,6 +81,7 @@ def test_a_sampled_run_learns_keep_ratios_and_uploads_a_subnet(tmp_path):
     supernet = sum(v.numel() for k, v in sim.fresh_state()["server"]["params"].items() if k != "alpha")
     assert last["params_downloaded"] == supernet
     assert 0 < last["params_uploaded"] < supernet
+    assert last["upload_share"] == pytest.approx(last["params_uploaded"] / supernet)  # means over clients alike
     assert last["index_map_bits"] == 48
     assert last["alpha_mean"] != pytest.approx(0.99, abs=1e-4)  # the keep ratios moved
     assert 0.5 <= last["lambda"] <= 1.5 and 0.0 <= last["local_accuracy"] <= 1.0

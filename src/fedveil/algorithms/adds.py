@@ -189,7 +189,7 @@ class SubnetAggregation:
         """Per round: floats down (the supernet), floats and index-map bits up, subnet MACs."""
         down = sum(v.numel() for k, v in state.items() if k != ALPHA)
         up = sum(v.numel() for v in message["subnet"].values())
-        return {"params_downloaded": down, "params_uploaded": up, "index_map_bits": self.num_units,
+        return {"params_downloaded": down, "params_uploaded": up, "upload_share": up / down, "index_map_bits": self.num_units,
                 "subnet_macs": self.model.macs([int(k.sum()) for k in keep]), "kept_units": float(torch.cat(keep).float().mean())}
 
     def local_accuracy(self, state: P.Params, keep: list[torch.Tensor], test: ArrayDataset) -> dict[str, float]:
@@ -202,12 +202,22 @@ class SubnetAggregation:
 
 # ---------------------------------------------------------------------------- the algorithm
 
+SUBNET_SIGNALS = {  # what ADDS and FedDrop clients report about their subnets
+    "kept_units": "share of units kept", "upload_share": "upload share (subnet / supernet parameters)",
+    "local_accuracy": "subnet accuracy on own test rows (Acc_L)", "params_uploaded": "parameters uploaded per client",
+    "params_downloaded": "parameters downloaded per client", "subnet_macs": "subnet MACs", "index_map_bits": "index-map bits",
+}
+
 
 @ALGORITHMS.register("adds", "ADDS: clients learn keep ratios of supernet units; subnets aggregated by index maps")
 class ADDS(Algorithm):
     """ADDS (Alg. 1, Eq. 12-19); see the module docstring."""
 
     delta_messages = False  # its messages are sampled sub-networks, not a delta
+    signal_labels = {
+        **SUBNET_SIGNALS, "lambda": "keep-ratio penalty lambda", "eps": "keep-ratio epsilon",
+        "alpha_mean": "mean keep ratio alpha (learned)",
+    }
 
     Params = ADDSParams
     supports_example_dp = False

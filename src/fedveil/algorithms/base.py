@@ -123,6 +123,9 @@ class Algorithm:
     # budget's width, sizes fixed by the config) or only of its DP releases: a DP run keeps
     # these and withholds every other ``extra_metrics`` key (privacy.keep_unnoised keeps all).
     public_metrics: ClassVar[tuple[str, ...]] = ()
+    # Labels of the method's own metrics (``extra_metrics`` keys) where a researcher reads
+    # them: the console summary, the learning curves, ``fedveil compare`` (runtime.signals).
+    signal_labels: ClassVar[dict[str, str]] = {}
     # Messages carry parameter slices narrower than the model's (sub-models: HeteroFL, ADDS,
     # FedDrop): a deployed server then checks a tensor named like a parameter for a shape no
     # larger than it, instead of the exact shape.

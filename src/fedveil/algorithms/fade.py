@@ -177,6 +177,10 @@ class Fade(FedAvg):
     secure_summable = False  # the divergence guard reads each client's group loss
 
     public_metrics = ("lambda", "adversarial_users")  # the schedule's lambda and the opt-out draws
+    signal_labels = {
+        "lambda": "adversarial weight lambda (schedule)", "adversarial_users": "share of clients training the adversary",
+        "group_loss": "group discriminator loss",
+    }
     Params = FadeParams
     hp: FadeParams
 

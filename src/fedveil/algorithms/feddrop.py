@@ -27,7 +27,7 @@ from pydantic import Field
 from ..models import subnet as sn
 from ..models.supernet import ALPHA
 from ..seeding import numpy_generator
-from .adds import SubnetAggregation
+from .adds import SUBNET_SIGNALS, SubnetAggregation
 from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTask, RunContext, State
 
 
@@ -44,6 +44,7 @@ class FedDrop(Algorithm):
 
     Params = FedDropParams
     submodel_messages = True  # each client uploads the sub-model it trained
+    signal_labels = SUBNET_SIGNALS
 
     def __init__(self, params: FedDropParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

@@ -74,6 +74,7 @@ class HeteroFL(Algorithm):
 
     Params = HeteroFLParams
     public_metrics = ("width_trained", "params_uploaded")  # set by the client's budget
+    signal_labels = {"width_trained": "width trained (client mean)", "params_uploaded": "parameters uploaded per client"}
     submodel_messages = True  # each client uploads the slice its width trained
     slimmable = False
 

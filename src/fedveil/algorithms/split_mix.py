@@ -96,6 +96,7 @@ class SplitMix(Algorithm):
 
     Params = SplitMixParams
     public_metrics = ("bases_trained", "params_uploaded")  # set by the client's budget
+    signal_labels = {"bases_trained": "bases trained per client (mean)", "params_uploaded": "parameters uploaded per client"}
 
     def __init__(self, params: SplitMixParams, ctx: RunContext) -> None:
         super().__init__(params, ctx)

@@ -171,6 +171,8 @@ class STC(Algorithm):
         }
         return ClientResult(message=message, state={"residual": packed.residual}, stats=stats, extra_metrics=metrics)
 
+    signal_labels = {"params_uploaded": "non-zero entries uploaded per client", "upload_bits": "upload bits per client"}
+
     def weights(self, messages: list[dict[str, Any]]) -> list[float]:
         if self.hp.weighting == "uniform":
             return [1.0] * len(messages)

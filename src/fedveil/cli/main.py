@@ -300,6 +300,7 @@ def print_summary(summary: dict, out: Path) -> None:
     for key, label in shown:
         if key in summary:
             print(f"  {label:<40} {summary[key]:.4f}")
+    print_signals(summary, out)
     if summary.get("withheld_unnoised"):
         print(f"  withheld (un-noised, not covered by epsilon): {', '.join(summary['withheld_unnoised'])}"
               " (privacy.keep_unnoised = true keeps them)")
@@ -307,6 +308,30 @@ def print_summary(summary: dict, out: Path) -> None:
         best = summary["best"]
         print(f"  best round by {best['selected_by']}: {best['round']}")
     print(f"  run directory: {out}  (summary.json, metrics.jsonl, learning_curves.png)")
+
+
+def print_signals(summary: dict, out: Path) -> None:
+    """The method's own metrics at the last round that has each (:mod:`fedveil.runtime.signals`):
+    the configured evaluation metrics on the global model, then the algorithm's signals."""
+    from ..runtime.run_dir import METRICS_FILE, read_metrics
+    from ..runtime.signals import algorithm_labels, eval_signals, method_signals, signal_label
+
+    rows = read_metrics(out / METRICS_FILE) if (out / METRICS_FILE).exists() else []
+    labels = algorithm_labels(summary.get("algorithm"))
+    shown = [(k, f"global model: {k.removeprefix('global_test_')}") for k in eval_signals(summary, summary["score"])]
+    shown += [(k, signal_label(k, labels)) for k in method_signals(rows)]
+    if not shown:
+        return
+    print("  method signals (last value):")
+    for key, label in shown[:SIGNALS_SHOWN]:
+        last = next(r for r in reversed(rows) if key in r) if key not in summary else summary
+        where = f"  (round {last['round']})" if last is not summary and "round" in last else ""
+        print(f"    {label:<46} {last[key]:.4g}{where}")
+    if len(shown) > SIGNALS_SHOWN:
+        print(f"    ... and {len(shown) - SIGNALS_SHOWN} more in metrics.jsonl and learning_curves.png")
+
+
+SIGNALS_SHOWN = 12
 
 
 # --------------------------------------------------------------------------- audit

@@ -17,6 +17,7 @@ import numpy as np
 
 from .run_dir import CONFIG_FILE, SUMMARY_FILE, RunDirError, dotted_keys, read_json, read_metrics
 from .sweep import RUNS_DIR, SWEEP_FILE
+from .signals import eval_signals
 from .sweep_plan import short_keys
 
 SEED_KEY = "seed"
@@ -71,11 +72,17 @@ class Comparison:
 
     def metrics(self) -> list[str]:
         """The headline metrics present in the runs: pooled-test global score, mean and
-        worst-10% personal score, epsilon."""
+        worst-10% personal score, the method's evaluation signals (fairness gaps, per-group
+        accuracy: up to :data:`SIGNAL_COLUMNS`), epsilon."""
         s = self.score
         wanted = [f"global_test_{s}", f"global_client_{s}_worst10", f"personal_{s}_mean", f"personal_{s}_worst10"]
         present = [m for m in wanted if any(m in r.summary for r in self.runs)]
+        signals = dict.fromkeys(k for r in self.runs for k in eval_signals(r.summary, s))
+        present += list(signals)[:SIGNAL_COLUMNS]
         return present + (["epsilon"] if any("epsilon" in r.summary for r in self.runs) else [])
+
+
+SIGNAL_COLUMNS = 4  # evaluation signals a comparison table shows at most
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -156,6 +163,8 @@ def mean_std(values: list[float | None]) -> tuple[float, float, int]:
 def column_name(metric: str, score: str) -> str:
     """A short column title: ``global_test_accuracy`` -> ``accuracy``, ``personal_accuracy_mean``
     -> ``personal accuracy``, ``..._worst10`` -> ``worst-10% ...``."""
+    if metric.startswith("global_test_") and metric != f"global_test_{score}":
+        return metric.removeprefix("global_test_")
     names = {f"global_test_{score}": score, f"global_client_{score}_worst10": f"worst-10% {score}",
              f"personal_{score}_mean": f"personal {score}", f"personal_{score}_worst10": f"personal worst-10% {score}"}
     return names.get(metric, metric)

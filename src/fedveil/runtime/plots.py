@@ -16,6 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from .signals import method_signals, signal_label
+
 LEARNING_CURVES_FILE = "learning_curves.png"
 PRIVACY_CURVE_FILE = "privacy_curve.png"
 CLIENT_SCORES_FILE = "client_scores.png"
@@ -88,19 +90,46 @@ def extra_metric_curves(rows: list[dict[str, Any]], score: str) -> list[tuple[st
     return curves[:MAX_EXTRA_CURVES]
 
 
+MARKED_POINTS = 30  # a curve marks about this many of its points, however long the run
+SMOOTH_ABOVE = 200  # curves of more points are drawn faint, with their running mean on top
+
+
 def draw_curves(ax: Axes, rows: list[dict[str, Any]], curves: list[tuple[str, str]]) -> None:
+    """One line per (key, label): markers on about :data:`MARKED_POINTS` points; a curve of
+    more than :data:`SMOOTH_ABOVE` points (a 4,000-round run's training loss) drawn faint
+    with its running mean over 1/50 of its length on top, so its trend stays readable."""
     for key, label in curves:
         pts = per_round(rows, key)
-        if pts:
-            ax.plot(*zip(*pts), marker=".", label=label, linestyle="--" if key.startswith("personal_") else "-")
+        if not pts:
+            continue
+        x, y = (np.asarray(v, dtype=float) for v in zip(*pts))
+        style = "--" if key.startswith("personal_") else "-"
+        every = max(1, len(x) // MARKED_POINTS)
+        if len(x) <= SMOOTH_ABOVE:
+            ax.plot(x, y, marker=".", markevery=every, label=label, linestyle=style)
+            continue
+        (faint,) = ax.plot(x, y, linestyle=style, linewidth=0.6, alpha=0.3)
+        window = max(2, len(x) // 50)
+        smooth = np.convolve(y, np.ones(window) / window, mode="valid")
+        ax.plot(x[window - 1:], smooth, color=faint.get_color(), linestyle=style, marker=".", markevery=every,
+                label=f"{label} (running mean of {window})")
 
 
-def learning_curves_figure(rows: list[dict[str, Any]], score: str, title: str = "") -> Figure:
-    """Score (left) and loss (middle) per round, for every model that was evaluated, and the
-    configured extra metrics (right: fairness gaps, AUPRC, per-group accuracy) if any."""
+def learning_curves_figure(
+    rows: list[dict[str, Any]], score: str, title: str = "", labels: dict[str, str] | None = None,
+) -> Figure:
+    """Score and loss per round, for every model that was evaluated, the configured extra
+    metrics (fairness gaps, AUPRC, per-group accuracy) if any, and the method's own signals
+    (:mod:`.signals`; named by ``labels``, the algorithm's ``signal_labels``) if any."""
     extra = extra_metric_curves(rows, score)
-    fig = new_figure(18 if extra else 10, 4.2)
-    axes = fig.subplots(1, 3 if extra else 2)
+    signals = [(k, signal_label(k, labels or {})) for k in method_signals(rows)][:MAX_EXTRA_CURVES]
+    panels = 2 + bool(extra) + bool(signals)
+    if panels == 4:  # two rows: score and loss above, the metrics' and the method's panels below
+        fig = new_figure(16, 8.4)
+        axes = list(fig.subplots(2, 2).flat)
+    else:
+        fig = new_figure(18 if panels == 3 else 10, 4.2)
+        axes = list(fig.subplots(1, panels))
     draw_curves(axes[0], rows, [
         (f"global_test_{score}", "global model, pooled test"),
         (f"personal_{score}_mean", "personal models, mean over clients"),
@@ -109,22 +138,30 @@ def learning_curves_figure(rows: list[dict[str, Any]], score: str, title: str = 
     draw_curves(axes[1], rows, [("train_loss", "local training loss"), ("global_test_loss", "pooled test loss")])
     axes[0].set(ylabel=score_label(score), title=f"{score} per round")
     axes[1].set(ylabel="loss", title="loss per round")
+    side = []  # panels whose many curves get their legend beside them
     if extra:
         draw_curves(axes[2], rows, extra)
         axes[2].set(ylabel="value", title="other metrics per round")
+        side.append(axes[2])
+    if signals:
+        draw_curves(axes[-1], rows, signals)
+        axes[-1].set(ylabel="value", title="method signals per round (client mean)")
+        side.append(axes[-1])
     for ax in axes:
         round_axis(ax)
         finish_axes(ax)
-    if extra:  # many curves: their legend beside the panel, not on it
-        axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    for ax in side:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     if title:
         fig.suptitle(title)
     return fig
 
 
-def plot_learning_curves(rows: list[dict[str, Any]], score: str, path: Path, title: str = "") -> Path:
+def plot_learning_curves(
+    rows: list[dict[str, Any]], score: str, path: Path, title: str = "", labels: dict[str, str] | None = None,
+) -> Path:
     """Write :func:`learning_curves_figure` to ``path``."""
-    return save(learning_curves_figure(rows, score, title), path)
+    return save(learning_curves_figure(rows, score, title, labels), path)
 
 
 def privacy_target(config: dict[str, Any], summary: dict[str, Any] | None) -> float | None:

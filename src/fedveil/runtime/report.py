@@ -16,6 +16,7 @@ from .plots import (
     plot_privacy_curve,
     privacy_target,
 )
+from .signals import algorithm_labels
 from .run_dir import CLIENT_METRICS_FILE, SUMMARY_FILE, RunDirectory, read_json, read_run
 
 PARTITION_FILE = "partition.json"
@@ -36,7 +37,8 @@ def write_report(path: str | Path) -> list[Path]:
     run, rows, config = read_run(path)
     title = f"{config['algorithm']['name']} on {config['data']['name']}"
     score = "mse" if any(k.endswith("_mse") or "_mse_" in k for r in rows for k in r) else "accuracy"
-    written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title)]
+    labels = algorithm_labels(config["algorithm"]["name"])
+    written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title, labels)]
     written += privacy_curve(run, rows, config, title)
     if run.file(CLIENT_METRICS_FILE).exists():
         clients = read_json(run.file(CLIENT_METRICS_FILE))
