@@ -64,6 +64,23 @@ def test_a_federated_distillation_trains_generator_and_classifier(tmp_path):
         assert not torch.equal(final[part], init[part]), part
     losses = [r["train_loss"] for r in rows_of(tmp_path / "run")]
     assert losses[-1] < losses[0]
+    # the distiller's own signals: its reconstruction error falls, the shared part stays within rho
+    rows = rows_of(tmp_path / "run")
+    assert rows[-1]["reconstruction_mse"] < rows[0]["reconstruction_mse"]
+    assert all(0 < r["shared_norm_share"] <= 0.5 + 1e-6 for r in rows)
+
+
+def test_the_reconstruction_signal_is_the_trained_distillers_error_on_the_clients_test_rows():
+    sim = Simulation.from_config(tiny_config(**DISTILL))
+    state = sim.fresh_state()
+    server, task = state["server"], sim.task(1, 0)
+    result = sim.algorithm.client_update(server, None, task)
+    trained = {k: server["params"][k] + d for k, d in result.message["delta"].items()}
+    with torch.no_grad():
+        x_r, x_s, _, _ = method_call(sim.model, trained, "split", task.data.test.x)
+    assert result.extra_metrics["reconstruction_mse"] == pytest.approx(float(((x_r - task.data.test.x) ** 2).mean()))
+    ratio = x_s.flatten(1).norm(dim=1) / task.data.test.x.flatten(1).norm(dim=1)
+    assert result.extra_metrics["shared_norm_share"] == pytest.approx(float(ratio.mean()))
 
 
 def test_example_dp_and_other_models_are_refused():

@@ -65,3 +65,11 @@ def test_compare_shows_the_fairness_gap_columns(tmp_path):
         (run / "summary.json").write_text(json.dumps({**summary, "global_test_equalized_odds_gap": gap}))
     table = format_table(compare_runs([tmp_path / "runs"]))
     assert "final equalized_odds_gap" in table and "0.2000 ± 0.1414" in table
+
+
+def test_a_setup_releases_epsilon_is_labelled_as_the_releases():
+    from fedveil.cli.main import spent_label
+
+    assert spent_label({"privacy_level": "none", "setup_releases": ["shared features"]}) == (
+        "epsilon of the shared features release")
+    assert spent_label({"privacy_level": "example", "setup_releases": ["shared features"]}) == "privacy spent (epsilon)"

@@ -54,7 +54,7 @@ from ..privacy.events import Release
 from ..privacy.feature_release import feature_releases
 from ..privacy.randomness import RandomSource, standard_normal
 from ..training.request import Batch, LossFn, Objective
-from .base import ALGORITHMS, AlgorithmParams, ClientTask, RunContext, SetupResult, State
+from .base import ALGORITHMS, AlgorithmParams, ClientResult, ClientTask, RunContext, SetupResult, State
 from .fedavg import FedAvg, FedAvgParams
 from .fednova import FedNova
 from .fedprox import FedProx, FedProxParams
@@ -116,8 +116,33 @@ class FedFedDistill(FedAvg):
         self.objective = DistillationLoss(ctx.trainer.loss_fn, params.recon, params.ce_shared, params.kl, params.ce_raw)
         self.draws = DistillationDraws(model.mu.out_features)
 
+    signal_labels = {
+        "reconstruction_mse": "robust part's reconstruction MSE (own test rows)",
+        "shared_norm_share": "shared part's norm ||x_s|| / ||x|| (own test rows; rho bounds it)",
+    }
+
     def request_options(self, task: ClientTask) -> dict[str, Any]:
         return {"objective": self.objective, "input_fn": self.draws}
+
+    def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """FedAvg's update, and how well the trained distiller splits the client's own test rows
+        (its training rows when it has none): the robust part's reconstruction error and the
+        shared part's share of each row's norm, what says whether distillation worked (the
+        classifier's accuracy does not)."""
+        result = super().client_update(server_state, client_state, task)
+        rows = task.data.test if len(task.data.test) else task.data.train
+        trained = dict(self._with_own_buffers(server_state["params"], client_state))
+        trained.update({k: trained[k] + d for k, d in result.message["delta"].items()})
+        if result.state is not None and "buffers" in result.state:
+            trained.update(result.state["buffers"])
+        with torch.no_grad():
+            x_r, x_s, _, _ = method_call(task.trainer.model, trained, "split", rows.x)
+            norms = rows.x.flatten(1).norm(dim=1).clamp_min(1e-12)
+            result.extra_metrics.update(
+                reconstruction_mse=float(F.mse_loss(x_r, rows.x)),
+                shared_norm_share=float((x_s.flatten(1).norm(dim=1) / norms).mean()),
+            )
+        return result
 
     def predict(self, model: torch.nn.Module, state: Params, x: torch.Tensor) -> torch.Tensor:
         """The classifier on raw inputs (the first output)."""

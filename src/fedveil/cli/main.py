@@ -294,7 +294,7 @@ def print_summary(summary: dict, out: Path) -> None:
         (f"global_client_{score}_worst10", f"global model, worst-10% client {score}"),
         (f"personal_{score}_mean", f"personal models, mean client {score}"),
         (f"personal_{score}_worst10", f"personal models, worst-10% client {score}"),
-        ("epsilon", "privacy spent (epsilon)"),
+        ("epsilon", spent_label(summary)),
         ("person_epsilon", f"per person of <= {summary.get('records_per_person')} records"),
     ]
     for key, label in shown:
@@ -308,6 +308,14 @@ def print_summary(summary: dict, out: Path) -> None:
         best = summary["best"]
         print(f"  best round by {best['selected_by']}: {best['round']}")
     print(f"  run directory: {out}  (summary.json, metrics.jsonl, learning_curves.png)")
+
+
+def spent_label(summary: dict) -> str:
+    """What the summary's epsilon is the epsilon of: the training's, or (without DP training) the
+    setup's release (FedFed's shared features)."""
+    if summary.get("privacy_level") == "none" and summary.get("setup_releases"):
+        return f"epsilon of the {', '.join(summary['setup_releases'])} release"
+    return "privacy spent (epsilon)"
 
 
 def print_signals(summary: dict, out: Path) -> None:
