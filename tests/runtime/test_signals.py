@@ -73,3 +73,15 @@ def test_a_setup_releases_epsilon_is_labelled_as_the_releases():
     assert spent_label({"privacy_level": "none", "setup_releases": ["shared features"]}) == (
         "epsilon of the shared features release")
     assert spent_label({"privacy_level": "example", "setup_releases": ["shared features"]}) == "privacy spent (epsilon)"
+
+
+def test_counts_go_on_a_log_axis_beside_the_shares():
+    rows = [{"round": r, "train_loss": 1 / r, "kept_units": 0.6, "params_uploaded": 7000.0 + r} for r in range(1, 11)]
+    fig = learning_curves_figure(rows, "accuracy", labels=ALGORITHMS.get("adds").signal_labels)
+    logged = [ax for ax in fig.axes if ax.get_yscale() == "log"]
+    assert len(logged) == 1 and [line.get_label() for line in logged[0].get_lines()] == [
+        "parameters uploaded per client (right, log)"]
+    panel = next(ax for ax in fig.axes if ax.get_title() == "method signals per round (client mean)")
+    assert [line.get_label() for line in panel.get_lines()] == ["share of units kept"]
+    assert {t.get_text() for t in panel.get_legend().get_texts()} == {
+        "share of units kept", "parameters uploaded per client (right, log)"}

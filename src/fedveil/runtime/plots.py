@@ -115,6 +115,30 @@ def draw_curves(ax: Axes, rows: list[dict[str, Any]], curves: list[tuple[str, st
                 label=f"{label} (running mean of {window})")
 
 
+SHARE_SCALE = 1.5  # signals whose values all lie within +-this are shares, ratios, weights or accuracies
+
+
+def draw_signals(ax: Axes, rows: list[dict[str, Any]], signals: list[tuple[str, str]]) -> None:
+    """The method's signals: shares and ratios on the left axis, counts (parameters, MACs,
+    bits) on a log-scaled right axis in dashes, so that neither flattens the other."""
+    def largest(key: str) -> float:
+        return max((abs(float(r[key])) for r in rows if key in r), default=0.0)
+
+    shares = [(k, label) for k, label in signals if largest(k) <= SHARE_SCALE]
+    counts = [(k, f"{label} (right, log)") for k, label in signals if largest(k) > SHARE_SCALE]
+    draw_curves(ax, rows, shares)
+    ax.set(ylabel="share / ratio / weight" if shares else "", title="method signals per round (client mean)")
+    if counts:
+        right = ax.twinx()
+        for i, (key, label) in enumerate(counts):
+            pts = [(x, y) for x, y in per_round(rows, key) if y > 0]
+            if pts:
+                right.plot(*zip(*pts), color=f"C{(i + len(shares)) % 10}", linestyle="--", marker=".",
+                           markevery=max(1, len(pts) // MARKED_POINTS), label=label)
+        right.set_yscale("log")
+        right.set_ylabel("count (log scale)")
+
+
 def learning_curves_figure(
     rows: list[dict[str, Any]], score: str, title: str = "", labels: dict[str, str] | None = None,
 ) -> Figure:
@@ -144,14 +168,19 @@ def learning_curves_figure(
         axes[2].set(ylabel="value", title="other metrics per round")
         side.append(axes[2])
     if signals:
-        draw_curves(axes[-1], rows, signals)
-        axes[-1].set(ylabel="value", title="method signals per round (client mean)")
+        draw_signals(axes[-1], rows, signals)
         side.append(axes[-1])
     for ax in axes:
         round_axis(ax)
         finish_axes(ax)
-    for ax in side:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    for ax in side:  # with a twin axis's lines too (the method's counts)
+        handles, names = [], []
+        siblings = ax.get_shared_x_axes().get_siblings(ax)
+        for sibling in siblings:
+            more = sibling.get_legend_handles_labels()
+            handles, names = handles + more[0], names + more[1]
+        ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.12 if len(siblings) > 1 else 1.02, 1),
+                  frameon=False)
     if title:
         fig.suptitle(title)
     return fig
