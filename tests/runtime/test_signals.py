@@ -85,3 +85,11 @@ def test_counts_go_on_a_log_axis_beside_the_shares():
     assert [line.get_label() for line in panel.get_lines()] == ["share of units kept"]
     assert {t.get_text() for t in panel.get_legend().get_texts()} == {
         "share of units kept", "parameters uploaded per client (right, log)"}
+
+
+def test_a_methods_mse_signal_does_not_make_a_classification_run_a_regression():
+    from fedveil.runtime.report import run_score
+
+    assert run_score([{"round": 1, "global_test_accuracy": 0.5, "reconstruction_mse": 0.1}]) == "accuracy"
+    assert run_score([{"round": 1, "global_test_mse": 0.02}]) == "mse"
+    assert run_score([{"round": 1, "personal_mse_mean": 0.02}]) == "mse"

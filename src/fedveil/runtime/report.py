@@ -32,11 +32,18 @@ def privacy_curve(run: RunDirectory, rows: list[dict[str, Any]], config: dict[st
     return [] if png is None else [png]
 
 
+def run_score(rows: list[dict[str, Any]]) -> str:
+    """The task's score in a run's rows: ``mse`` when the models' scores are MSEs (a method's
+    own ``reconstruction_mse`` signal does not count), else ``accuracy``."""
+    scored = ("global_test_", "global_client_", "personal_", "global_val_", "personal_val_")
+    return "mse" if any(k.startswith(tuple(p + "mse" for p in scored)) for r in rows for k in r) else "accuracy"
+
+
 def write_report(path: str | Path) -> list[Path]:
     """Write the PNG plots of run directory ``path``; returns the files written."""
     run, rows, config = read_run(path)
     title = f"{config['algorithm']['name']} on {config['data']['name']}"
-    score = "mse" if any(k.endswith("_mse") or "_mse_" in k for r in rows for k in r) else "accuracy"
+    score = run_score(rows)
     labels = algorithm_labels(config["algorithm"]["name"])
     written = [plot_learning_curves(rows, score, run.file(LEARNING_CURVES_FILE), title, labels)]
     written += privacy_curve(run, rows, config, title)
