@@ -118,7 +118,7 @@ class FedFedDistill(FedAvg):
 
     signal_labels = {
         "reconstruction_mse": "robust part's reconstruction MSE (own test rows)",
-        "shared_norm_share": "shared part's norm ||x_s|| / ||x|| (own test rows; rho bounds it)",
+        "shared_norm_share": "shared part's norm share ||x_s|| / ||x|| (<= rho)",
     }
 
     def request_options(self, task: ClientTask) -> dict[str, Any]:
