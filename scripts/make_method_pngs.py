@@ -29,6 +29,14 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
     ],
     "dp_schedules": [(["run", "examples/dp_fedavg_schedule.toml", "--out", "{out}"], ["learning_curves.png", "privacy_curve.png"])],
     "pets": [(["pets", "examples/pets_synthetic.toml", "--out", "{out}"], ["precision_recall.png"])],
+    "mr_mtl": [([  # docs/personalisation.md's example: School's 139 schools, silo-specific DP at epsilon 6
+        "run", "--algorithm", "mr_mtl", "--dataset", "school", "data.root={data}/school", "data.num_clients=139",
+        "data.partition.name=natural", "data.partition.key=school", "data.test_fraction=0.2",
+        "data.options.normalize_target=true", "data.options.standardize_features=true", "data.standardize=per_client",
+        "model.name=linear", "model.options.zero_init=true", "client.loss=half_mse", "client.lr=0.01", "algorithm.lam=1.0",
+        "federation.rounds=200", "federation.clients_per_round=139", "privacy.level=example", "privacy.epsilon=6",
+        "privacy.delta=1e-3", "privacy.clip=1", "executor=vectorized", "--out", "{out}",
+    ], ["learning_curves.png", "privacy_curve.png"])],
 }
 
 
@@ -45,7 +53,7 @@ def main() -> None:
             target.mkdir(parents=True, exist_ok=True)
             for step, (command, pngs) in enumerate(RUNS[method]):
                 out = Path(tmp) / f"{method}-{step}"
-                argv = [a.format(out=out, tmp=tmp) for a in command]
+                argv = [a.format(out=out, tmp=tmp, data=args.data_root) for a in command]
                 print(f"{method}: fedveil {' '.join(argv)}", flush=True)
                 subprocess.run([*fedveil, *argv, "--quiet"], cwd=ROOT, env=env, check=True)
                 out = Path(argv[argv.index("--out") + 1])

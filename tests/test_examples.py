@@ -7,6 +7,7 @@ import pytest
 from fedveil.config import load_config
 from fedveil.ecos.config import load_ecos_config
 from fedveil.runtime.pets_job import load_pets_config
+from fedveil.runtime.sweep_plan import plan_sweep
 from fedveil.runtime import Simulation
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.toml"))
@@ -19,6 +20,8 @@ def test_example_config_is_valid(path):
         load_ecos_config(str(path))
     elif "pipeline" in table:  # a PETs job (`fedveil pets`)
         load_pets_config(str(path))
+    elif "sweep" in table:  # a sweep (`fedveil sweep`): every run of its grid is validated
+        assert plan_sweep(str(path), [], None).configs()
     else:
         load_config(str(path), [])
 

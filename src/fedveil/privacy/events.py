@@ -72,7 +72,6 @@ __all__ = [
     "Release",
     "gaussian_steps_release",
     "report_noisy_max_release",
-    "zcdp_release",
     "gaussian_std",
     "shuffle_epochs",
     "as_releases",
@@ -262,12 +261,6 @@ def report_noisy_max_release(epsilon_sel: float, count: int = 1) -> Release:
     """
     eps = checks.positive("epsilon_sel", epsilon_sel)
     return Release(dp_event.ZCDpEvent(rho=eps * eps / 8.0), checks.integer("count", count), label="report_noisy_max")
-
-
-def zcdp_release(rho: float, count: int = 1) -> Release:
-    """A rho-zCDP release (``ZCDpEvent``); RDP accountant only."""
-    rho = checks.positive("rho", rho, allow_zero=True)
-    return Release(dp_event.ZCDpEvent(rho=rho), checks.integer("count", count), label="zcdp")
 
 
 def gaussian_std(noise_multiplier: float, clip: float, cohort_size: int) -> float:

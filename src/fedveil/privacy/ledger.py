@@ -38,7 +38,6 @@ from .events import (
     event_to_dict,
     gaussian_steps_release,
     report_noisy_max_release,
-    zcdp_release,
 )
 from .relations import ALL_RELATIONS, RELATION_PREFERENCE, parse_relation, relation_names, resolve_relation
 
@@ -160,10 +159,6 @@ class PrivacyLedger:
     def record_report_noisy_max(self, subject: Subject, epsilon_sel: float, count: int = 1, *, label: str | None = None) -> None:
         """Record ``count`` report-noisy-max selections, each ``epsilon_sel^2/8``-zCDP (RDP only)."""
         self.record(subject, report_noisy_max_release(epsilon_sel, count), label=label)
-
-    def record_zcdp(self, subject: Subject, rho: float, count: int = 1, *, label: str | None = None) -> None:
-        """Record ``count`` rho-zCDP releases (RDP only)."""
-        self.record(subject, zcdp_release(rho, count), label=label)
 
     def _add(self, subject: Subject, release: Release) -> None:
         state = self._subjects.get(subject)
