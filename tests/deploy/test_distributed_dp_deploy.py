@@ -78,14 +78,14 @@ def test_the_server_never_holds_an_unnoised_sum(tmp_path):
     for r in range(3):
         inputs = secure_inputs(transport, r)
         total = summed(list(inputs.values()))  # what the unmask stage reveals to the server
-        share = plan.noise_share(r, 5)
+        share = plan.distributed.share(r, 5)
         noise = sum(skellam(total.size, share, silo_streams(NoiseSource("seeded"), config.seed, r, cid)[0])
                     for cid in inputs)
         unnoised = centred(total.astype(np.int64) - noise)  # the silos' rounded updates, never sent
         residual = centred(total) - unnoised
         assert np.array_equal(residual, noise)
         assert float(residual.std()) == pytest.approx(math.sqrt(5 * share), rel=0.15)  # d = 650 coordinates
-        assert np.abs(unnoised).max() <= 5 * plan.distributed.norm_units  # the rounded sum lies inside the noise
+        assert np.abs(unnoised).max() <= 5 * plan.distributed.mechanism.norm_units  # the rounded sum lies inside the noise
         for _, cid, value in ((x for x in train if x[0] == r)):
             assert not np.array_equal(value["masked"].numpy(), inputs[cid])
 
@@ -95,13 +95,13 @@ def test_a_silo_lost_mid_round_is_survived_and_the_round_accounted_at_the_noise_
     summary, recorder, transport = deploy(config, tmp_path / "lost", faults={(1, 2): "lost"})
     assert [r["survivors"] for r in recorder.rows] == [5, 4, 5]
     plan = Simulation.from_config(config).privacy
-    shares = [plan.noise_share(r, 5) for r in range(3)]
+    shares = [plan.distributed.share(r, 5) for r in range(3)]
     full = deploy(config, tmp_path / "full")[0]
     assert summary["epsilon"] > full["epsilon"]  # round 2 carried four shares, not five
     from fedveil.privacy.ledger import PrivacyLedger
     ledger = PrivacyLedger("rdp")
     for r, survivors in enumerate([5, 4, 5]):
-        ledger.record("population", plan.distributed.release(survivors, shares[r]))
+        ledger.record("population", plan.distributed.mechanism.release(survivors, shares[r]))
     assert summary["epsilon"] == pytest.approx(ledger.epsilon("population", 1e-5), rel=1e-12)
     assert summary["epsilon"] <= 6.0  # four survivors still carry the planned noise (threshold 3)
 

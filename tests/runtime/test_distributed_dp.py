@@ -107,7 +107,7 @@ def test_the_ledger_records_the_noise_the_survivors_carried(threshold, colluders
     config = dist_config(secure_aggregation={"threshold": threshold, "colluders": colluders})
     sim = Simulation.from_config(config)
     summary = sim.record(MemoryRecorder())
-    plan, mech = sim.privacy, sim.privacy.distributed
+    plan, mech = sim.privacy, sim.privacy.distributed.mechanism
     t = max(2, math.ceil(threshold * 6 - 1e-9))
     releases = sim.privacy.ledger.releases("population")
     assert len(releases) == 5 and plan.released_rounds == list(range(5))

@@ -353,10 +353,11 @@ class Silo:
     def _secure_input(self, message: dict[str, Any], round_idx: int) -> np.ndarray:
         """The vector secure aggregation sums: the quantised weighted update, or under
         distributed DP the clipped, rounded update with this silo's Skellam share added."""
-        if self.privacy is not None and self.privacy.distributed is not None:
-            share = self.privacy.noise_share(round_idx, len(self.schedule[round_idx]))
+        plan = None if self.privacy is None else self.privacy.distributed
+        if plan is not None:
+            share = plan.share(round_idx, len(self.schedule[round_idx]))
             streams = silo_streams(self.privacy.noise, self.config.seed, round_idx, self.client_id)
-            return self.privacy.distributed.encode(message["delta"], share, *streams)
+            return plan.mechanism.encode(message["delta"], share, *streams)
         weight = self.algorithm.weights([message])[0]
         return encode(message["delta"], weight, self.secure, self.config.seed, round_idx, self.client_id)
 
@@ -392,7 +393,7 @@ class Silo:
         (the rounds of the seeded schedule it is in), plus its setup releases; under distributed
         DP the population's releases through that round, which cover every silo."""
         if self.privacy.distributed is not None:
-            planned = [self.privacy.distributed.planned_release(self.privacy.planned_variance(r)) for r in range(round_idx + 1)]
+            planned = [self.privacy.distributed.planned_release(r) for r in range(round_idx + 1)]
             return self.privacy.ledger.epsilon_of(planned, self.config.privacy.delta)
         planned = list(self.privacy.setup.get(self.client_id, []))
         for r in range(round_idx + 1):

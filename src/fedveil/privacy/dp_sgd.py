@@ -139,6 +139,8 @@ def add_gaussian_noise(summed: Params, clip: float, noise_multiplier: float, gen
 
 @dataclass(frozen=True)
 class PrivateGradient:
+    """One DP-SGD step's gradient: the clipped per-example gradients summed, noised and divided."""
+
     grad: Params  # (sum of clipped per-example gradients + noise) / denominator
     loss_sum: float  # non-private, for logging only
     size: int  # examples in the batch (0 for an empty Poisson batch)

@@ -27,7 +27,7 @@ from ..algorithms.base import Algorithm
 from ..errors import ConfigError
 from ..config import PrivacyConfig
 from ..params import Params
-from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule, calibrate_skellam, skellam_releases
+from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule
 from ..privacy.composition import epsilon, schedule_epsilon
 from ..privacy.events import Release, gaussian_steps_release
 from ..privacy.ledger import PrivacyLedger
@@ -38,8 +38,8 @@ from ..privacy.person_level import person_epsilon, person_summary
 from ..privacy.randomness import NoiseSource, RandomSource
 from ..privacy.schedules import quantise_shape
 from ..training.local import LocalTrainer
-from .distributed_dp import DistributedDP, DistributedDPError, silo_streams, summed
-from .secure_sum import SecureSumSettings, layout_of
+from .distributed_plan import DistributedPlan
+from .secure_sum import SecureSumSettings
 
 POPULATION = PrivacyLedger.POPULATION
 PER_CLIENT_METRICS_LIMIT = 100  # metrics rows list per-client epsilons up to this many clients
@@ -65,14 +65,19 @@ class ClientPlan:
 
 @dataclass
 class RunPrivacy:
+    """The privacy of one run (module docstring): the plan made before round 1 (each client's
+    DP-SGD at example level; the population's noise at client level, by the server or, under
+    secure aggregation, shared by the silos) and, during the run, the ledger every release is
+    recorded in and the check of it against the plan after every round. Build it with
+    :meth:`from_config`; it is None for a run without privacy."""
+
     config: PrivacyConfig
     ledger: PrivacyLedger
     num_clients: int
     shape: np.ndarray  # noise multiplier of round r is z * shape[r]; all ones without a schedule
     clients: dict[int, ClientPlan] = field(default_factory=dict)  # example level
     server: ClientLevelDP | None = None  # client level, noised by the server
-    distributed: DistributedDP | None = None  # client level under secure aggregation, noised by the silos
-    secure: SecureSumSettings | None = None  # the secure aggregation the distributed noise is shared over
+    distributed: DistributedPlan | None = None  # client level under secure aggregation, noised by the silos
     released_rounds: list[int] = field(default_factory=list)  # distributed: the rounds whose sum was unmasked
     population_noise: float = 0.0  # client level: z at shape 1
     population_rate: float = 0.0
@@ -210,88 +215,34 @@ class RunPrivacy:
                 raise ConfigError(f"privacy: {err}") from None
 
     def _plan_distributed(self, algorithm, model: nn.Module, schedule, cohort: int, secure: SecureSumSettings) -> None:
-        """Distributed DP: the Skellam noise per round, calibrated to the budget without any
-        sampling amplification (the server picks and sees each cohort), and shared so that
-        every round that completes carries at least it."""
-        cfg = self.config
+        """Distributed DP: the silos share the noise (:mod:`.distributed_plan`)."""
         if not algorithm.supports_client_dp:
             raise ConfigError(
                 f"privacy.level: client-level DP needs an algorithm whose message is only a model update "
                 f"(fedavg, fedprox, fedavgm, fedadam, fedyogi); {type(algorithm).__name__} sends more"
             )
-        if cfg.adaptive_clip:
-            raise ConfigError(
-                "privacy.adaptive_clip: under secure aggregation the clipped-count release would need distributed "
-                "noise too, which is not built; use a fixed privacy.clip"
-            )
-        if cfg.accountant != "rdp":
-            raise ConfigError("privacy.accountant: distributed DP's Skellam releases have an RDP bound only; use \"rdp\"")
-        if cfg.records_per_person > 1:
-            raise ConfigError("privacy.records_per_person: distributed DP has no person-level accounting yet; use 1")
-        dimension = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
-        dd = DistributedDP(cfg.clip, secure.bits, dimension, float(cohort), secure.colluders)
-        try:
-            dd.check_bits()
-        except DistributedDPError as err:
-            raise ConfigError(str(err)) from None
-        d2, d1 = dd.l2_sensitivity, dd.l1_sensitivity
         shape = self.shape[: len(schedule)]
-        if cfg.noise_multiplier is not None:
-            zs = cfg.noise_multiplier * shape
-        else:
-            try:
-                zs = calibrate_skellam(shape, cfg.epsilon, cfg.delta, d2, d1, orders=self.ledger.orders)
-            except ValueError as err:
-                raise ConfigError(f"privacy: the population: {err}") from None
-        self.planned_epsilon = self.ledger.epsilon_of(skellam_releases(zs, d2, d1), cfg.delta)
-        if cfg.epsilon is not None and self.planned_epsilon > cfg.epsilon * (1 + 1e-9):
-            raise ConfigError(
-                f"privacy: the distributed plan ({len(zs)} rounds at noise_multiplier={zs[0]:.4g}) spends "
-                f"epsilon={self.planned_epsilon:.4g} > budget {cfg.epsilon:.4g}; raise noise_multiplier or drop it"
-            )
-        self.population_noise = float(zs[0] / shape[0])
-        self.distributed, self.secure = dd, secure
-        try:
-            for r, members in enumerate(schedule):
-                if len(members) >= 2:
-                    dd.check_room(len(members), self.noise_share(r, len(members)))
-        except DistributedDPError as err:
-            raise ConfigError(str(err)) from None
-
-    def planned_variance(self, round_idx: int) -> float:
-        """Distributed DP: the Skellam variance round ``round_idx`` must carry (integer units)."""
-        assert self.distributed is not None
-        return (self.population_noise * float(self.shape[round_idx]) * self.distributed.l2_sensitivity) ** 2
-
-    def noise_share(self, round_idx: int, cohort_size: int) -> float:
-        """Distributed DP: each silo's Skellam variance in round ``round_idx``."""
-        assert self.distributed is not None and self.secure is not None
-        return self.distributed.share(self.planned_variance(round_idx), self.secure.threshold(cohort_size))
+        plan = DistributedPlan.calibrate(self.config, model, schedule, cohort, secure, shape, self.ledger.orders)
+        self.distributed, self.planned_epsilon = plan, plan.planned_epsilon
+        self.population_noise = plan.noise_multipliers[0] / float(shape[0])
 
     def distributed_mean_update(
         self, updates: list[tuple[int, Params]], round_idx: int, cohort_size: int, seed: int,
     ) -> Params | None:
-        """Distributed DP in a simulation: every silo's noised share as secure aggregation
-        sums it, decoded into the noisy mean; None (and no release) below the threshold."""
-        assert self.distributed is not None and self.secure is not None
-        if len(updates) < self.secure.threshold(cohort_size):
-            return None
-        share = self.noise_share(round_idx, cohort_size)
-        vectors = [
-            self.distributed.encode(update, share, *silo_streams(self.noise, seed, round_idx, cid))
-            for cid, update in updates
-        ]
-        first = next(iter(updates[0][1].values()))
-        mean = self.distributed.decode(summed(vectors), layout_of(updates[0][1]), first.dtype, first.device)
-        self.record_distributed(round_idx, len(updates), share)
+        """Distributed DP in a simulation: the noisy mean the server would unmask, accounted;
+        None (and no release) below the threshold."""
+        assert self.distributed is not None
+        mean, share = self.distributed.noisy_mean(updates, round_idx, cohort_size, seed, self.noise)
+        if mean is not None:
+            self.record_distributed(round_idx, len(updates), share)
         return mean
 
     def record_distributed(self, round_idx: int, survivors: int, share: float) -> None:
         """Account the sum the server unmasked in round ``round_idx``: the plan's release is
         expected, the noise the survivors actually carried recorded."""
         assert self.distributed is not None
-        self.check.expect(POPULATION, [self.distributed.planned_release(self.planned_variance(round_idx))])
-        self.ledger.record(POPULATION, self.distributed.release(survivors, share))
+        self.check.expect(POPULATION, [self.distributed.planned_release(round_idx)])
+        self.ledger.record(POPULATION, self.distributed.mechanism.release(survivors, share))
         self.released_rounds.append(round_idx)
 
     def _sampling_args(self, population: int, sampling: str | None = None) -> dict[str, Any]:
@@ -373,6 +324,7 @@ class RunPrivacy:
 
     # -------------------------------------------------------------- during the run
     def task_dp(self, cid: int, round_idx: int) -> ExampleDP | None:
+        """Client ``cid``'s DP-SGD settings for round ``round_idx`` (None without example-level DP)."""
         plan = self.clients.get(cid)
         if plan is None:
             return None
@@ -435,9 +387,11 @@ class RunPrivacy:
 
     @property
     def scheduled(self) -> bool:
+        """Whether a noise schedule shapes the noise over the rounds."""
         return self.config.noise_schedule.name != "constant"
 
     def spent(self) -> dict[Any, float]:
+        """Epsilon spent so far, per ledger subject (each client, or the population)."""
         return self.ledger.epsilons(self.config.delta)
 
     def metrics(self) -> dict[str, Any]:
@@ -450,6 +404,7 @@ class RunPrivacy:
         return row
 
     def summary(self) -> dict[str, Any]:
+        """The run summary's privacy facts: level, delta, epsilon spent and what was planned."""
         spent = self.spent()
         out: dict[str, Any] = {
             "privacy_level": self.config.level,
@@ -465,7 +420,7 @@ class RunPrivacy:
             out["noise_multiplier_per_client"] = [self.clients[c].noise_multiplier for c in range(self.num_clients)]
             out["planned_epsilon_per_client"] = [self.clients[c].planned_epsilon for c in range(self.num_clients)]
         elif self.distributed is not None:
-            dd = self.distributed
+            dd = self.distributed.mechanism
             out["noise_multiplier"] = self.population_noise
             out["planned_epsilon"] = self.planned_epsilon
             out["distributed_dp"] = {
@@ -502,6 +457,7 @@ class RunPrivacy:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the ledger, the adaptive clip, the rounds whose sum was unmasked."""
         return {
             "ledger": self.ledger.state_dict(), "server": None if self.server is None else self.server.state_dict(),
             "released_rounds": list(self.released_rounds),
@@ -520,5 +476,5 @@ class RunPrivacy:
         self.released_rounds = [int(r) for r in state.get("released_rounds", [])]
         if self.distributed is not None:
             for r in self.released_rounds:
-                self.check.expect(POPULATION, [self.distributed.planned_release(self.planned_variance(r))])
+                self.check.expect(POPULATION, [self.distributed.planned_release(r)])
         self.check.check()

@@ -100,6 +100,7 @@ class FederationShape:
 
     @classmethod
     def of(cls, data: FederatedDataset, model_name: str = "auto") -> "FederationShape":
+        """The shape of ``data``, with ``model_name`` ("auto": the data set's default model)."""
         name = auto_model_name(data) if model_name == "auto" else model_name
         return cls(data.num_clients, data.task, data.num_classes, tuple(data.input_shape), name)
 
@@ -206,6 +207,11 @@ def training_task(
 
 @dataclass
 class Simulation:
+    """A federated run in one process: the config, the clients' data, the model, the algorithm,
+    the local trainer, the seeded client schedule and the privacy plan, and the loop that trains
+    them round by round (``run`` into a run directory, ``record`` into any recorder, resumable
+    from a checkpoint). Build one with :meth:`from_config`; ``train_round`` runs one round."""
+
     config: RunConfig
     data: FederatedDataset
     model: nn.Module
@@ -281,6 +287,7 @@ class Simulation:
         return self.algorithm.finish_setup(server, contributions)
 
     def client_state(self, state: dict[str, Any], cid: int):
+        """Client ``cid``'s state in ``state`` (the algorithm's initial one if it has none yet)."""
         stored = state["clients"].get(cid)
         return self.algorithm.init_client(cid, state["server"]) if stored is None else stored
 
@@ -295,6 +302,7 @@ class Simulation:
         return store
 
     def task(self, cid: int, round_idx: int) -> ClientTask:
+        """Client ``cid``'s training task in round ``round_idx``: its data, seeded generator and DP."""
         return training_task(self.config.seed, cid, round_idx, self.data.clients[cid], self.trainer, self.privacy)
 
     # ------------------------------------------------------------------- loop
@@ -305,6 +313,8 @@ class Simulation:
         return self.privacy is not None and self.privacy.server is not None and self.privacy.noise.secure
 
     def cohort(self, round_idx: int) -> list[int]:
+        """The clients of round ``round_idx``: the seeded schedule's, or under client-level DP
+        with ``secure_rng`` a fresh draw from the secure source."""
         fed = self.config.federation
         if self.secure_cohorts:
             source = self.privacy.noise.stream("client-sampling", torch_generator(self.config.seed, "cohort", round_idx))
@@ -376,6 +386,7 @@ class Simulation:
         return server_state if mean is None else self.algorithm.server_update(server_state, mean)
 
     def evaluator(self) -> RoundEvaluator:
+        """The scorer of each evaluated round (``eval.*``: batch size, personal models, metrics)."""
         ev = self.config.eval
         return RoundEvaluator(
             self.algorithm, self.data, self.trainer, self.config.seed, ev.batch_size, ev.personal, ev.metrics, ev.group

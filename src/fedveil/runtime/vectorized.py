@@ -88,6 +88,10 @@ class _PostingTrainer:
 
 
 class VectorizedExecutor:
+    """Trains a round's cohort stacked: each client's ``client_update`` runs in its own thread
+    and posts its local training; once every client waits or is done, the posted trainings run
+    at once as one stacked computation (module docstring)."""
+
     name = "vectorized"
 
     def __init__(self) -> None:
@@ -96,6 +100,8 @@ class VectorizedExecutor:
     def run_cohort(
         self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
     ) -> list[ClientResult]:
+        """Every (task, client state) job's ``ClientResult``, in job order; a client's error is
+        re-raised here."""
         gate = _Gate(len(jobs))
         results: list[Any] = [None] * len(jobs)
         errors: list[BaseException | None] = [None] * len(jobs)

@@ -90,6 +90,8 @@ def is_clipped_term(hook: GradHook | None) -> bool:
 
 @dataclass
 class LocalStats:
+    """What one local training reports besides the new parameters."""
+
     loss: float  # mean training loss over the steps taken
     steps: int
     examples: int  # examples processed (steps x batch, counting repeats)
@@ -97,6 +99,11 @@ class LocalStats:
 
 @dataclass
 class LocalTrainer:
+    """A client's local training: SGD (with momentum, weight decay and the configured learning
+    rate schedule) or, with an :class:`~fedveil.privacy.dp_sgd.ExampleDP`, DP-SGD, for the
+    requested steps or epochs over its rows, on the stateless ``model`` with the parameters a
+    request carries. One trainer serves every client; the executors call :meth:`train`."""
+
     model: nn.Module
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     config: SGDSettings
@@ -145,6 +152,7 @@ class LocalTrainer:
                     return
 
     def objective_of(self, request: TrainRequest) -> Objective:
+        """The request's objective, or the task loss on the model's output."""
         return request.objective if request.objective is not None else TaskLoss(self.loss_fn)
 
     def loss_and_grad(
