@@ -112,7 +112,9 @@ class ClientLevelDP:
         return self.clip * math.exp(-self.clip_lr * (share - self.target_quantile))
 
     def state_dict(self) -> dict:
+        """The state to checkpoint: the current (possibly adapted) ``clip``."""
         return {"clip": self.clip}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the ``clip`` saved by :meth:`state_dict`."""
         self.clip = float(state["clip"])

@@ -66,6 +66,7 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple(
 
 
 def check_accountant(accountant: Any) -> str:
+    """``accountant`` if it is one of :data:`ACCOUNTANTS`; otherwise raise ``ValueError``."""
     return checks.one_of("accountant", accountant, ACCOUNTANTS)
 
 

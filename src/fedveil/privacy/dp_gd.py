@@ -77,6 +77,7 @@ class DPGDResult:
 
     @property
     def steps(self) -> int:
+        """Number of steps taken (one ``sigma`` per step)."""
         return len(self.sigmas)
 
 
@@ -97,9 +98,12 @@ class PoissonBudget:
 
     @property
     def residual(self) -> float:
+        """Epsilon left: ``budget`` minus :attr:`spent` (inf without a budget)."""
         return math.inf if self.budget is None else self.budget - self.spent
 
     def can_afford(self, sigma: float) -> bool:
+        """Whether one more step at ``sigma`` keeps the composed epsilon within ``budget`` (``sigma = 0``: never,
+        unless there is no budget)."""
         if self.budget is None:
             return True
         if sigma == 0:
@@ -108,6 +112,7 @@ class PoissonBudget:
         return after <= self.budget * (1 + _BUDGET_RTOL)
 
     def spend(self, sigma: float) -> None:
+        """Record one step at ``sigma``; raise :class:`BudgetExhaustedError` if it is not affordable."""
         if not self.can_afford(sigma):
             raise BudgetExhaustedError(f"a step with sigma={sigma} would take epsilon past {self.budget:.6g}")
         if sigma == 0:

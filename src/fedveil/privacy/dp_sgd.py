@@ -253,12 +253,15 @@ class ExampleDP:
 
     @property
     def steps_taken(self) -> int:
+        """DP-SGD steps over all local trainings so far (what the ledger accounts)."""
         return sum(self.trainings)
 
     def begin_training(self) -> None:
+        """Start counting a new local training's steps (each is recorded as its own release)."""
         self.trainings.append(0)
 
     def count_step(self) -> None:
+        """Count one noisy step of the current local training."""
         self.trainings[-1] += 1
 
     def source(self, generator: torch.Generator) -> RandomSource:

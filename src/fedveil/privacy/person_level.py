@@ -127,6 +127,7 @@ def exact_epsilon(events: Iterable[tuple[dp_event.DpEvent, int]], relation: Neig
 
 
 def group_bound_releases(releases: list[Release], k: int) -> list[Release]:
+    """``releases`` with every event replaced by its :func:`group_bound_event` for ``k`` records."""
     return [dataclasses.replace(r, event=group_bound_event(r.event, k)) for r in releases]
 
 

@@ -169,6 +169,7 @@ class NoiseSource:
 
     @property
     def secure(self) -> bool:
+        """Whether every mechanism draws from :data:`SECURE` (``kind == "secure"``)."""
         return self.kind == "secure"
 
     def stream(self, mechanism: str, seeded: "torch.Generator | np.random.Generator") -> RandomSource:

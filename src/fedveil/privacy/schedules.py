@@ -133,7 +133,8 @@ class NoiseSchedule(Protocol):
     def num_steps(self) -> int | None:
         """Steps the schedule defines; None if it goes on until the budget runs out."""
 
-    def sigma(self, step: int) -> float: ...
+    def sigma(self, step: int) -> float:
+        """Noise multiplier of step ``step`` (0-based)."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,11 @@ class PredefinedSchedule:
 
     @property
     def num_steps(self) -> int:
+        """``len(sigmas) * steps_per_epoch``."""
         return len(self.sigmas) * self.steps_per_epoch
 
     def sigma(self, step: int) -> float:
+        """The sigma of epoch ``step // steps_per_epoch``; ``IndexError`` outside the schedule."""
         if not 0 <= step < self.num_steps:
             raise IndexError(f"step {step} is outside this schedule's {self.num_steps} steps")
         return self.sigmas[step // self.steps_per_epoch]
@@ -170,9 +173,11 @@ class EpochDecaySchedule:
 
     @property
     def num_steps(self) -> None:
+        """None: the schedule has no end of its own."""
         return None
 
     def sigma(self, step: int) -> float:
+        """``shape(step // steps_per_epoch)``; ``IndexError`` for a negative step."""
         if step < 0:
             raise IndexError(f"step must be >= 0, got {step}")
         return float(self.shape(step // self.steps_per_epoch))
@@ -203,12 +208,15 @@ class ValidationPlateauSchedule:
 
     @property
     def num_steps(self) -> None:
+        """None: the schedule has no end of its own."""
         return None
 
     def sigma(self, step: int) -> float:
+        """The current sigma, whatever the step."""
         return self.current
 
     def record(self, val_acc: float) -> None:
+        """Append ``val_acc``; at the end of each period after the first, multiply sigma by ``k`` on a plateau."""
         self.accuracies.append(float(val_acc))
         n, p, m = len(self.accuracies), self.period, self.m
         if n > p and n % p == 0:
@@ -239,9 +247,11 @@ class BudgetTracker:
 
     @property
     def residual(self) -> float:
+        """Budget left, ``budget - spent`` (inf without a budget)."""
         return math.inf if self.budget is None else self.budget - self.spent
 
     def cost(self, sigma: float) -> float:
+        """Cost of one step, ``cost_scale / sigma^2`` (inf for ``sigma = 0``)."""
         checks.positive("sigma", sigma, allow_zero=True, allow_inf=True)
         return math.inf if sigma == 0 else self.cost_scale / sigma**2
 
@@ -298,6 +308,7 @@ class ScheduleParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     def build(self) -> NoiseSchedule:
+        """The schedule these parameters describe."""
         raise NotImplementedError
 
 
@@ -311,31 +322,40 @@ Sigma = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 @SCHEDULES.register("uniform", "sigma_t^2 = T/R (Thm 3)")
 class UniformParams(ScheduleParams):
+    """Parameters of the uniform schedule (Thm 3)."""
+
     R: Budget
     T: Steps
 
     def build(self) -> PredefinedSchedule:
+        """The :func:`uniform_sigmas` as a :class:`PredefinedSchedule`."""
         return PredefinedSchedule(tuple(uniform_sigmas(self.R, self.T)))
 
 
 @SCHEDULES.register("dynamic", "GD-optimal exponentially decaying sigma_t (Thm 4, corrected)")
 class DynamicParams(ScheduleParams):
+    """Parameters of the GD-optimal dynamic schedule (Thm 4, corrected)."""
+
     R: Budget
     T: Steps
     gamma: Rate
 
     def build(self) -> PredefinedSchedule:
+        """The :func:`gd_dynamic_sigmas` as a :class:`PredefinedSchedule`."""
         return PredefinedSchedule(tuple(gd_dynamic_sigmas(self.R, self.T, self.gamma)))
 
 
 @SCHEDULES.register("momentum_dynamic", "momentum-optimal sigma_t (Thm 7: Lemma 1 on q_i^mom)")
 class MomentumDynamicParams(ScheduleParams):
+    """Parameters of the momentum-optimal dynamic schedule (Thm 7)."""
+
     R: Budget
     T: Steps
     beta: float = Field(ge=0, lt=1, description="momentum beta of Eq. 2.3")
     gamma: Rate
 
     def build(self) -> PredefinedSchedule:
+        """The :func:`momentum_dynamic_sigmas` as a :class:`PredefinedSchedule`."""
         return PredefinedSchedule(tuple(momentum_dynamic_sigmas(self.R, self.T, self.beta, self.gamma)))
 
 
@@ -367,41 +387,55 @@ class _DecayParams(ScheduleParams):
 
 @SCHEDULES.register("time_decay", "sigma_e = sigma0 / (1 + k e)")
 class TimeDecayParams(_DecayParams):
+    """Parameters of the ``time_decay`` schedule, ``sigma_e = sigma0 / (1 + k e)``."""
+
     k: float = Field(0.05, ge=0, allow_inf_nan=False)
 
     def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        """:func:`time_decay` with these parameters, as a function of the epoch."""
         return partial(time_decay, sigma0=self.sigma0, k=self.k)
 
 
 @SCHEDULES.register("exp_decay", "sigma_e = sigma0 exp(-k e)")
 class ExpDecayParams(_DecayParams):
+    """Parameters of the ``exp_decay`` schedule, ``sigma_e = sigma0 exp(-k e)``."""
+
     k: float = Field(0.01, ge=0, allow_inf_nan=False)
 
     def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        """:func:`exp_decay` with these parameters, as a function of the epoch."""
         return partial(exp_decay, sigma0=self.sigma0, k=self.k)
 
 
 @SCHEDULES.register("step_decay", "sigma_e = sigma0 k^floor(e/period)")
 class StepDecayParams(_DecayParams):
+    """Parameters of the ``step_decay`` schedule, ``sigma_e = sigma0 k^floor(e/period)``."""
+
     k: float = Field(0.6, gt=0, le=1)
     period: int = Field(10, ge=1)
 
     def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        """:func:`step_decay` with these parameters, as a function of the epoch."""
         return partial(step_decay, sigma0=self.sigma0, k=self.k, period=self.period)
 
 
 @SCHEDULES.register("poly_decay", "sigma_e = (sigma0 - sigma_final)(1 - e/period)^k + sigma_final")
 class PolyDecayParams(_DecayParams):
+    """Parameters of the ``poly_decay`` schedule (:func:`poly_decay`)."""
+
     sigma_final: float = Field(2.0, gt=0, allow_inf_nan=False)
     k: float = Field(3.0, gt=0, allow_inf_nan=False)
     period: int = Field(100, ge=1)
 
     def shape(self) -> Callable[[int | np.ndarray], np.ndarray | float]:
+        """:func:`poly_decay` with these parameters, as a function of the epoch."""
         return partial(poly_decay, sigma0=self.sigma0, sigma_final=self.sigma_final, k=self.k, period=self.period)
 
 
 @SCHEDULES.register("validation", "sigma <- k sigma when validation accuracy plateaus")
 class ValidationParams(ScheduleParams):
+    """Parameters of the validation-plateau schedule (:class:`ValidationPlateauSchedule`)."""
+
     sigma0: float = Field(10.0, gt=0, allow_inf_nan=False)
     k: float = Field(gt=0, le=1, description="sigma multiplier on a plateau (pass it explicitly)")
     period: int = Field(10, ge=1)
@@ -415,15 +449,19 @@ class ValidationParams(ScheduleParams):
         return self
 
     def build(self) -> ValidationPlateauSchedule:
+        """A fresh :class:`ValidationPlateauSchedule` starting at ``sigma0``."""
         return ValidationPlateauSchedule(self.sigma0, self.k, self.period, self.m, self.delta_v)
 
 
 @SCHEDULES.register("predefined", "a given list of sigmas, one per epoch")
 class PredefinedParams(ScheduleParams):
+    """Parameters of the predefined schedule: a given list of sigmas, one per epoch."""
+
     sigmas: list[Sigma] = Field(min_length=1)
     steps_per_epoch: int = Field(1, ge=1)
 
     def build(self) -> PredefinedSchedule:
+        """A :class:`PredefinedSchedule` of ``sigmas`` with ``steps_per_epoch``."""
         return PredefinedSchedule(tuple(self.sigmas), self.steps_per_epoch)
 
 

@@ -72,15 +72,18 @@ class RunAudit:
 
     @property
     def violated(self) -> bool:
+        """Whether the empirical lower bound exceeds the accounted epsilon."""
         return self.result.violated
 
     @property
     def verdict(self) -> str:
+        """``"consistent"``, or a one-line ``VIOLATION`` message."""
         if self.violated:
             return "VIOLATION: the run leaks more than accounted (noise off or mis-scaled?)"
         return "consistent"
 
     def to_dict(self) -> dict[str, Any]:
+        """The audit's settings, result and verdict as a flat JSON-ready dict."""
         r = self.result
         return {
             "level": self.level, "subject": self.subject, "canary": self.canary, "executor": self.executor,
@@ -92,6 +95,7 @@ class RunAudit:
         }
 
     def table(self) -> str:
+        """A heading line and an indented label/value table of the audit, for the terminal."""
         r = self.result
         releases = "noisy steps" if self.level == "example" else "noisy aggregations"
         rows = [
@@ -185,6 +189,7 @@ class SiloRateDP(ExampleDP):
     rate: float = 1.0
 
     def batches(self, num_rows: int, steps: int, generator: torch.Generator, device=None) -> Iterator[torch.Tensor]:
+        """Row indices of each private step; Poisson batches are drawn at ``rate`` whatever ``num_rows`` is."""
         if self.sampling == "poisson":
             return poisson_batches(num_rows, self.rate, steps, self.source(generator), device)
         return super().batches(num_rows, steps, generator, device)
@@ -300,6 +305,7 @@ class SiloCanaryGame:
         return -sum(float(torch.dot((params[k] - self.init[k]).flatten(), u.flatten())) for k, u in self.direction.items())
 
     def scores(self, trials: int, seed: int, bar: tqdm) -> list[float]:
+        """The score of each of ``trials`` trials (even: with the canary), stacked in chunks where the model allows."""
         self.ran = []
         if self.stacked is None:
             out = []
@@ -404,6 +410,7 @@ class ClientCanaryGame:
         return best[1], best[2]
 
     def scores(self, trials: int, seed: int, bar: tqdm) -> list[float]:
+        """The score of each of ``trials`` trials (even: with the canary client), advancing ``bar`` per trial."""
         out = []
         for i in range(trials):
             out.append(self._trial(i % 2 == 0, _trial_generator(seed, i)))

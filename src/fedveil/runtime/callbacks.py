@@ -11,12 +11,15 @@ class Callback:
     """Override any of the three hooks; rows are the dicts written to ``metrics.jsonl``."""
 
     def on_run_start(self, total_rounds: int, start_round: int) -> None:
+        """Called before the first round run (``start_round`` > 0 when a run resumes)."""
         pass
 
     def on_round_end(self, row: dict[str, Any]) -> None:
+        """Called after each round with its ``row``, once the row is recorded."""
         pass
 
     def on_run_end(self, summary: dict[str, Any]) -> None:
+        """Called once with the run's summary, after the recorder has finished."""
         pass
 
 
@@ -45,6 +48,7 @@ class ProgressBar(Callback):
         self.shown: dict[str, float] = {}
 
     def on_run_start(self, total_rounds: int, start_round: int) -> None:
+        """Open the tqdm bar at ``start_round`` of ``total_rounds`` (on a terminal)."""
         self.total, self.done = total_rounds, start_round
         if self.interactive:
             self.bar = tqdm(
@@ -53,6 +57,7 @@ class ProgressBar(Callback):
             )
 
     def on_round_end(self, row: dict[str, Any]) -> None:
+        """Advance the bar with ``row``'s headline metrics, or print a plain line at the evenly spaced rounds."""
         self.done += 1
         self.shown.update({label: row[key] for key, label in self.SHOWN.items() if isinstance(row.get(key), float)})
         if self.bar is not None:
@@ -67,6 +72,7 @@ class ProgressBar(Callback):
         return done == self.total or (done * self.lines) // self.total > ((done - 1) * self.lines) // self.total
 
     def on_run_end(self, summary: dict[str, Any]) -> None:
+        """Close the bar."""
         self.close()
 
     def close(self) -> None:

@@ -77,21 +77,25 @@ class ClientStateStore:
     """
 
     def get(self, cid: int) -> State | None:
+        """Client ``cid``'s newest state, or None if it has none."""
         raise NotImplementedError
 
     def put(self, cid: int, state: State, round_done: int) -> None:
+        """Record ``state`` as client ``cid``'s state at the end of round ``round_done``."""
         raise NotImplementedError
 
     def __len__(self) -> int:
         raise NotImplementedError
 
     def to_checkpoint(self) -> dict[int, Any]:
+        """What a checkpoint stores to restore the store."""
         raise NotImplementedError
 
     def checkpoint_saved(self, round_done: int) -> None:
         """The checkpoint of round ``round_done`` is written; older versions may go."""
 
     def restore(self, entry: dict[int, Any], round_done: int) -> None:
+        """Reload the store from a checkpoint's ``entry`` (saved after round ``round_done``)."""
         raise NotImplementedError
 
 
@@ -102,18 +106,22 @@ class MemoryClientStore(ClientStateStore):
         self._states: dict[int, State] = {}
 
     def get(self, cid: int) -> State | None:
+        """Client ``cid``'s state, or None."""
         return self._states.get(cid)
 
     def put(self, cid: int, state: State, round_done: int) -> None:
+        """Keep ``state``, compacted (:func:`compact`), as client ``cid``'s."""
         self._states[cid] = compact(state)
 
     def __len__(self) -> int:
         return len(self._states)
 
     def to_checkpoint(self) -> dict[int, State]:
+        """The states themselves, ``{cid: state}``."""
         return self._states
 
     def restore(self, entry: dict[int, State], round_done: int) -> None:
+        """Take the states of ``entry``."""
         self._states = dict(entry)
 
 
@@ -129,15 +137,18 @@ class DiskClientStore(ClientStateStore):
         self._superseded: list[Path] = []  # versions only the last checkpoint still needs
 
     def path(self, cid: int, round_done: int) -> Path:
+        """The file of client ``cid``'s state as of the end of round ``round_done``."""
         return self.directory / f"c{cid}.r{round_done}.pt"
 
     def get(self, cid: int) -> State | None:
+        """Client ``cid``'s newest version loaded onto ``device``, or None if it has none."""
         round_done = self._latest.get(cid)
         if round_done is None:
             return None
         return torch.load(self.path(cid, round_done), weights_only=True, map_location=self.device)
 
     def put(self, cid: int, state: State, round_done: int) -> None:
+        """Write ``state`` as a new version atomically and retire the previous one (module doc)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         compacted = compact(to_cpu(state))
         atomic_write(self.path(cid, round_done), lambda handle: torch.save(compacted, handle))
@@ -154,9 +165,11 @@ class DiskClientStore(ClientStateStore):
         return len(self._latest)
 
     def to_checkpoint(self) -> dict[int, int]:
+        """The index ``{cid: round}`` of every client's newest version."""
         return dict(self._latest)
 
     def checkpoint_saved(self, round_done: int) -> None:
+        """Delete the versions only the previous checkpoint needed; ``round_done`` is now the last checkpoint's."""
         for path in self._superseded:
             path.unlink(missing_ok=True)
         self._superseded = []

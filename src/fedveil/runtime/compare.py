@@ -34,10 +34,12 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
+        """Whether the run wrote its summary."""
         return self.summary is not None
 
     @property
     def score(self) -> str:
+        """The run's score, ``"accuracy"`` or ``"mse"``: the summary's, else guessed from the metric rows."""
         if self.summary is not None:
             return self.summary["score"]
         return "mse" if any(k.endswith("_mse") for r in self.rows for k in r) else "accuracy"
@@ -51,6 +53,7 @@ class Group:
     runs: list[RunRecord] = field(default_factory=list)
 
     def label(self) -> str:
+        """``key=value`` pairs of the group's values (short key names), or ``"all runs"``."""
         if not self.values:
             return "all runs"
         shorts = short_keys(list(self.values))
@@ -68,6 +71,7 @@ class Comparison:
 
     @property
     def score(self) -> str:
+        """The score the compared runs share (that of the first)."""
         return self.runs[0].score
 
     def metrics(self) -> list[str]:
@@ -104,6 +108,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 
 def load_run(path: Path) -> RunRecord:
+    """The :class:`RunRecord` of run directory ``path`` (summary None if it has none yet)."""
     summary = path / SUMMARY_FILE
     return RunRecord(
         path, dotted_keys(read_json(path / CONFIG_FILE)), read_metrics(path / "metrics.jsonl"),
@@ -139,6 +144,7 @@ def differing_keys(configs: list[dict[str, Any]]) -> list[str]:
 
 
 def final(run: RunRecord, metric: str) -> float | None:
+    """``metric``'s final value from the run's summary; None without a summary, the metric or a number."""
     value = run.summary.get(metric) if run.summary else None
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -216,6 +222,7 @@ def format_table(comparison: Comparison, markdown: bool = False) -> str:
 
 
 def to_json(comparison: Comparison) -> dict[str, Any]:
+    """The comparison as a JSON-ready dict: keys, score, per-group rows with (mean, std, n) per metric, runs."""
     rows = []
     for row in table_rows(comparison):
         out = {k: v for k, v in row.items() if not isinstance(v, tuple)}

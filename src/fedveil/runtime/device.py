@@ -32,6 +32,7 @@ def cuda_available() -> bool:
 
 
 def cuda_count() -> int:
+    """The number of CUDA devices visible here."""
     return torch.cuda.device_count()
 
 

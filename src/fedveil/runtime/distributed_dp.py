@@ -80,10 +80,12 @@ class DistributedDP:
 
     @property
     def l1_sensitivity(self) -> float:
+        """D1 = min(D2^2, sqrt(d) D2): an integer vector's L1 norm is at most its squared L2 norm."""
         d2 = self.l2_sensitivity
         return min(d2 * d2, math.sqrt(self.dimension) * d2)
 
     def check_bits(self) -> None:
+        """Refuse a ``bits`` so small that rounding adds more than 5% to the sensitivity."""
         if self.bits < 2 or self.l2_sensitivity > MAX_ROUNDING_OVERHEAD * self.norm_units:
             raise DistributedDPError(
                 f"secure_aggregation.bits = {self.bits}: rounding {self.dimension} numbers to integers adds "
@@ -150,6 +152,7 @@ class DistributedDP:
         return self.planned_release(max(survivors - self.colluders, 0) * share)
 
     def planned_release(self, variance: float) -> Release:
+        """The Skellam release of a sum carrying ``variance``, at this mechanism's sensitivities."""
         event = skellam_event(variance, self.l2_sensitivity, self.l1_sensitivity)
         return Release(event, 1, SKELLAM_RELATIONS, label=LABEL)
 

@@ -67,6 +67,7 @@ def evaluate_by_metric(
 
 
 def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of ``metric`` is better (its metric class says)."""
     return metric_class(metric).higher_is_better
 
 

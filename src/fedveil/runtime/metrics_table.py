@@ -26,6 +26,7 @@ def thin(rows: list[dict[str, Any]], limit: int = MAX_LINES) -> list[dict[str, A
 
 
 def format_rows(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    """``rows`` as a right-aligned text table: the round, then ``keys`` to 4 decimals (``-`` where absent)."""
     header = ["round", *keys]
     body = [[str(r["round"])] + [f"{r[k]:.4f}" if isinstance(r.get(k), (int, float)) else "-" for k in keys]
             for r in rows]

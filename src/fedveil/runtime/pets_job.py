@@ -83,11 +83,14 @@ class PetsTrain(Section):
 
 
 class PetsConfig(Section):
+    """A ``fedveil pets`` config: the data, the pipeline and DP-SGD's settings."""
+
     data: PetsData
     pipeline: PetsPipeline = Field(default_factory=PetsPipeline)
     train: PetsTrain = Field(default_factory=PetsTrain)
 
     def pipeline_config(self) -> pipeline.PipelineConfig:
+        """The :class:`~fedveil.pets.pipeline.PipelineConfig` of this config (lambda 0 for ``local``)."""
         p = self.pipeline
         lam = 0.0 if p.method == "local" else p.mrmtl_lambda
         return pipeline.PipelineConfig(

@@ -28,12 +28,14 @@ DPI = 110
 
 
 def new_figure(width: float, height: float) -> Figure:
+    """A ``width`` x ``height`` inch figure with an Agg canvas (no pyplot, no display)."""
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig
 
 
 def save(fig: Figure, path: Path) -> Path:
+    """Lay out ``fig`` tightly and write it to ``path`` at :data:`DPI`; return the path."""
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     return Path(path)
@@ -55,6 +57,7 @@ def round_axis(ax: Axes) -> None:
 
 
 def finish_axes(ax: Axes, legend: bool = True) -> None:
+    """A light grid, and the legend if ``legend`` and the axes have lines."""
     ax.grid(alpha=0.3)
     if legend and ax.lines:
         ax.legend(fontsize=8)
@@ -68,6 +71,7 @@ def legend_below(ax: Axes, handles: Sequence[Any] = (), labels: Sequence[str] = 
 
 
 def per_round(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """``(round, value)`` of every row that has ``key``."""
     return [(r["round"], r[key]) for r in rows if key in r]
 
 

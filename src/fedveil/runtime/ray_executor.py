@@ -89,6 +89,8 @@ def _inner_executor(name: str):
 
 
 class RayExecutor:
+    """Runs the cohort in ``workers`` shards on Ray workers, each trained by the ``inner`` executor (module doc)."""
+
     name = "ray"
 
     def __init__(
@@ -110,6 +112,7 @@ class RayExecutor:
     def run_cohort(
         self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
     ) -> list[ClientResult]:
+        """Every (task, client state) job's ``ClientResult``, in job order, on the run's device."""
         if not jobs:
             return []
         if self._algorithm_id != id(algorithm):

@@ -81,34 +81,42 @@ class MemoryRecorder(RunRecorder):
         self._checkpoint: bytes | None = None
 
     def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+        """The last checkpoint saved here, deserialised onto ``device``, or None."""
         if self._checkpoint is None:
             return None
         return torch.load(io.BytesIO(self._checkpoint), weights_only=True, map_location=device)
 
     def client_store(self, backend: str, device: torch.device | str = "cpu") -> ClientStateStore:
+        """A store of kind ``backend``; ``disk`` needs ``client_state_dir`` (else ``ValueError``)."""
         if backend == "disk" and self.client_state_dir is None:
             raise ValueError("federation.client_state = \"disk\" needs a folder: MemoryRecorder(client_state_dir=...)")
         return make_client_store(backend, self.client_state_dir or ".", device)
 
     def rows_through(self, round_done: int) -> list[dict[str, Any]]:
+        """Forget the rows of rounds after ``round_done``; return copies of the others."""
         self.rows = [r for r in self.rows if r["round"] <= round_done]
         return [dict(r) for r in self.rows]
 
     def record_partition(self, facts: dict[str, Any]) -> None:
+        """Keep ``facts`` as ``partition``."""
         self.partition = facts
 
     def record_row(self, row: dict[str, Any]) -> None:
+        """Append a JSON round-trip copy of ``row`` to ``rows``."""
         self.rows.append(json.loads(json.dumps(row)))  # as a metrics.jsonl line would keep it
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Keep ``state``, as CPU tensors, serialised by ``torch.save``."""
         buffer = io.BytesIO()
         torch.save(to_cpu(state), buffer)
         self._checkpoint = buffer.getvalue()
 
     def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        """Keep ``params`` as CPU tensors in ``model``."""
         self.model = to_cpu(dict(params))
 
     def finish(self, summary: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
+        """Keep ``summary`` and ``client_rows``."""
         self.summary, self.client_rows = summary, client_rows
 
 
@@ -130,34 +138,44 @@ class DirectoryRecorder(RunRecorder):
 
     @property
     def path(self) -> Path:
+        """The run directory's path."""
         return self.run_dir.path
 
     @property
     def where(self) -> str:
+        """The run directory's path, quoted, for messages."""
         return f"'{self.run_dir.path}'"
 
     def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+        """When resuming, the run directory's checkpoint on ``device`` (None if it has none); otherwise None."""
         return self.run_dir.load_checkpoint(map_location=device) if self.resume else None
 
     def client_store(self, backend: str, device: torch.device | str = "cpu") -> ClientStateStore:
+        """A store of kind ``backend``; ``disk`` keeps the states under the run's ``client_states/``."""
         return make_client_store(backend, self.run_dir.file(CLIENT_STATES_DIR), device)
 
     def rows_through(self, round_done: int) -> list[dict[str, Any]]:
+        """The rows of rounds ``<= round_done``; later rows are dropped from ``metrics.jsonl``."""
         return self.run_dir.keep_metrics_through(round_done)
 
     def record_partition(self, facts: dict[str, Any]) -> None:
+        """Write ``facts`` to ``partition.json``."""
         self.run_dir.write_json(PARTITION_FILE, facts)
 
     def record_row(self, row: dict[str, Any]) -> None:
+        """Append ``row`` to ``metrics.jsonl``."""
         self.run_dir.append_metrics(row)
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Write ``state`` to ``checkpoint.pt`` (CPU tensors, atomically)."""
         self.run_dir.save_checkpoint(state)
 
     def save_model(self, params: dict[str, torch.Tensor]) -> None:
+        """Write ``params`` to ``model.pt`` (CPU tensors, atomically)."""
         self.run_dir.save_model(params)
 
     def finish(self, summary: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
+        """Write ``client_metrics.json`` and ``summary.json``, then draw the plots (if any)."""
         self.run_dir.write_json(CLIENT_METRICS_FILE, client_rows)
         self.run_dir.write_json(SUMMARY_FILE, summary)
         if self.plots is not None:

@@ -81,6 +81,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON value in file ``path``."""
     return json.loads(Path(path).read_text())
 
 
@@ -104,14 +105,17 @@ class RunDirectory:
         self.path = Path(path)
 
     def file(self, name: str) -> Path:
+        """The path of file ``name`` in the run directory."""
         return self.path / name
 
     @property
     def has_run(self) -> bool:
+        """Whether the directory holds a run (its ``config.json``)."""
         return self.file(CONFIG_FILE).exists()
 
     @classmethod
     def create(cls, path: str | os.PathLike, config: dict[str, Any]) -> "RunDirectory":
+        """A new run directory ``path`` holding ``config``; ``RunDirError`` if the folder is not empty."""
         run = cls(path)
         if run.path.exists() and any(run.path.iterdir()):
             hint = "pass --resume to continue it" if run.has_run else "it is not an empty folder"
@@ -137,12 +141,14 @@ class RunDirectory:
 
     # --------------------------------------------------------------- metrics
     def append_metrics(self, row: dict[str, Any]) -> None:
+        """Append ``row`` as one line of ``metrics.jsonl`` and fsync it."""
         with open(self.file(METRICS_FILE), "a") as handle:
             handle.write(json.dumps(row) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
 
     def metrics(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.jsonl`` (:func:`read_metrics`)."""
         return read_metrics(self.file(METRICS_FILE))
 
     def keep_metrics_through(self, last_round: int) -> list[dict[str, Any]]:
@@ -173,6 +179,7 @@ class RunDirectory:
             ) from None
 
     def write_json(self, name: str, obj: Any) -> None:
+        """Write ``obj`` to file ``name`` as indented JSON, atomically."""
         write_json(self.file(name), obj)
 
     def save_model(self, params: dict[str, torch.Tensor]) -> None:

@@ -43,6 +43,7 @@ class SecureSumSettings:
 
     @classmethod
     def from_config(cls, section) -> "SecureSumSettings":
+        """The settings of a config's ``secure_aggregation`` section."""
         return cls(section.clip_range, section.bits, section.weight_scale, section.threshold, section.colluders)
 
     def threshold(self, cohort_size: int) -> int:
@@ -50,6 +51,7 @@ class SecureSumSettings:
         return max(2, math.ceil(self.threshold_fraction * cohort_size - 1e-9))
 
     def check(self, cohort_size: int) -> None:
+        """Raise :class:`SecureSumError` if the sum of ``cohort_size`` messages can overflow the modulus."""
         if self.bits + math.ceil(math.log2(max(cohort_size, 2))) > MODULUS_BITS:
             raise SecureSumError(
                 f"secure_aggregation.bits = {self.bits}: the sum of {cohort_size} silos can overflow {MODULUS_BITS} bits"
@@ -82,6 +84,7 @@ Layout = list[tuple[str, tuple[int, ...]]]
 
 
 def layout_of(delta: dict[str, torch.Tensor]) -> Layout:
+    """``(key, shape)`` of every tensor of ``delta``, keys sorted: how a summed vector is cut back up."""
     return [(key, tuple(delta[key].shape)) for key in sorted(delta)]
 
 

@@ -20,6 +20,7 @@ class SerialExecutor:
     def run_cohort(
         self, algorithm: Algorithm, server_state: State, jobs: list[tuple[ClientTask, State | None]]
     ) -> list[ClientResult]:
+        """Every (task, client state) job's ``ClientResult``, in job order, each with its DP-SGD trainings."""
         return [
             with_dp_trainings(algorithm.client_update(server_state, client_state, task), task)
             for task, client_state in jobs

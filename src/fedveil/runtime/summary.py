@@ -20,6 +20,7 @@ RUN_KEYS = ("round", "cohort_size", "lr", "train_loss", "elapsed_s", "epsilon", 
 
 
 def eval_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without the run bookkeeping keys (:data:`RUN_KEYS`): its evaluation metrics."""
     return {k: v for k, v in row.items() if k not in RUN_KEYS}
 
 

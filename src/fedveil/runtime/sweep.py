@@ -32,6 +32,7 @@ class SweepRun:
 
     @property
     def finished(self) -> bool:
+        """Whether the run's directory holds its ``summary.json``."""
         return (self.path / SUMMARY_FILE).is_file()
 
 

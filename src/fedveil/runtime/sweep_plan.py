@@ -83,11 +83,13 @@ class SweepPlan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (what ``sweep.json`` holds): base, fixed, axes as ``[key, values]``, mode."""
         return {"base": self.base, "fixed": list(self.fixed), "axes": [[a.key, list(a.values)] for a in self.axes],
                 "mode": self.mode}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SweepPlan":
+        """The plan that :meth:`to_dict` wrote."""
         axes = tuple(Axis(key, tuple(values)) for key, values in data["axes"])
         return cls(data["base"], tuple(data["fixed"]), axes, data["mode"])
 

@@ -93,6 +93,7 @@ class TensorBoardSink(Sink):
         self.writer = None
 
     def on_run_start(self, total_rounds: int, start_round: int) -> None:
+        """Open the writer (purging events after the resumed round) and, on a fresh run, log the config."""
         # events at steps >= purge_step, logged by a session that died after the checkpoint
         # this one starts from, are dropped by TensorBoard's reader
         purge_step = start_round + 1 if start_round else 0
@@ -102,14 +103,17 @@ class TensorBoardSink(Sink):
             self.writer.add_text("config", text, 0)
 
     def on_round_end(self, row: dict[str, Any]) -> None:
+        """Log ``row``'s numbers as scalars at step ``round`` and flush."""
         for tag, value in row_scalars(row).items():
             self.writer.add_scalar(tag, value, row["round"])
         self.writer.flush()
 
     def on_run_end(self, summary: dict[str, Any]) -> None:
+        """Close the writer."""
         self.close()
 
     def close(self, status: str = "FINISHED") -> None:
+        """Close the writer, if open (``status`` is not used)."""
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -144,6 +148,7 @@ class MLflowSink(Sink):
             raise ConfigError(f"{what}: {str(err.message).strip().splitlines()[0]}{hint}") from None
 
     def on_run_start(self, total_rounds: int, start_round: int) -> None:
+        """Continue the MLflow run named in ``run_id_file``, or create one and log the config as params."""
         if self.run_id_file.exists():
             self.run_id = self.run_id_file.read_text().strip()
             hint = f"; delete {self.run_id_file} to log to a new MLflow run"
@@ -166,15 +171,18 @@ class MLflowSink(Sink):
         self.client.log_batch(self.run_id, metrics=metrics)
 
     def on_round_end(self, row: dict[str, Any]) -> None:
+        """Log ``row``'s numbers at step ``round``, unless the MLflow run already holds that round."""
         if row["round"] > self.logged_through:
             self._log(row_scalars(row), row["round"])
 
     def on_run_end(self, summary: dict[str, Any]) -> None:
+        """Log the summary's numbers as ``summary/<key>`` (unless a resumed run holds them), then end the MLflow run."""
         if not self.summary_logged:
             self._log(scalars(summary, "summary/", lists=False), summary["rounds_completed"])
         self.close()
 
     def close(self, status: str = "FINISHED") -> None:
+        """End the MLflow run with ``status``, if one is open."""
         if self.run_id is not None:
             self.client.set_terminated(self.run_id, status)
             self.run_id = None

@@ -47,6 +47,7 @@ class PGD:
 
     @property
     def step(self) -> float:
+        """The step size: ``step_size`` if given, else ``min(1.25 eps, eps + 4/255) / steps``."""
         if self.step_size is not None:
             return self.step_size
         return min(1.25 * self.eps, self.eps + 4 / 255) / self.steps
@@ -86,6 +87,7 @@ class AdversarialPair(nn.Module):
         self.net = net
 
     def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        """``(N, 2, ...)`` outputs of the clean halves (clean BNs) and the adversarial halves (noise BNs)."""
         with routed(self.net, "clean"):
             clean = self.net(pairs[:, 0])
         with routed(self.net, "noise"):
@@ -101,6 +103,7 @@ class PairLoss(Objective):
     lam: float
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """``(1 - lam)`` times ``inner`` on the clean outputs plus ``lam`` times it on the adversarial ones."""
         return (1 - self.lam) * self.inner.mean(out[:, 0], batch) + self.lam * self.inner.mean(out[:, 1], batch)
 
 
@@ -137,6 +140,7 @@ class PerBasePair(nn.Module):
         self.net = net
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(N, 2, M, C)``: every base on the clean rows, then base k on its own adversarial copy."""
         with routed(self.net, "clean"):
             clean = self.net(rows[:, 0])
         with routed(self.net, "noise"):
@@ -182,6 +186,7 @@ class OATPair(nn.Module):
         self.net = net
 
     def forward(self, pairs: torch.Tensor, groups: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """``(N, 2, ...)`` outputs of both halves, conditioned on ``groups[OAT_LAMBDA]`` (0 without it)."""
         lam = float(groups[OAT_LAMBDA][0]) if groups and OAT_LAMBDA in groups else 0.0
         with conditioned(self.net, lam):
             return torch.stack([self.net(pairs[:, 0]), self.net(pairs[:, 1])], dim=1)
@@ -194,6 +199,7 @@ class OATPairLoss(Objective):
     inner: Objective
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Eq. (4.1) with ``lam`` read from the batch's ``OAT_LAMBDA`` group."""
         lam = float(batch.groups[OAT_LAMBDA][0])
         return (1 - lam) * self.inner.mean(out[:, 0], batch) + lam * self.inner.mean(out[:, 1], batch)
 
@@ -240,8 +246,10 @@ def adversarial_request(net: nn.Module, inner: Objective, lam: float, attack: PG
 
 
 def prefixed(state: Params, prefix: str = "net.") -> Params:
+    """``state`` with ``prefix`` put before every key (a network's state as its pair's)."""
     return {prefix + k: v for k, v in state.items()}
 
 
 def unprefixed(state: Params, prefix: str = "net.") -> Params:
+    """The entries of ``state`` whose keys start with ``prefix``, with it stripped (undoes :func:`prefixed`)."""
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}

@@ -58,6 +58,7 @@ def _rows(out, lo: int, hi: int):
 
 
 def out_zero(out) -> torch.Tensor:
+    """A zero scalar on ``out``'s graph (of its first tensor when a tuple): the loss of a client with no rows."""
     first = out if isinstance(out, torch.Tensor) else out[0]
     return first.sum() * 0.0
 

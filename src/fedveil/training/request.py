@@ -48,6 +48,7 @@ class Batch(NamedTuple):
 
     @classmethod
     def of(cls, data: ArrayDataset, index: torch.Tensor) -> "Batch":
+        """The rows ``index`` of ``data``: inputs, targets and every group."""
         return cls(data.x[index], data.y[index], {k: v[index] for k, v in data.groups.items()})
 
     def unsqueeze(self, dim: int = 0) -> "Batch":
@@ -55,6 +56,7 @@ class Batch(NamedTuple):
         return Batch(self.x.unsqueeze(dim), self.y.unsqueeze(dim), {k: v.unsqueeze(dim) for k, v in self.groups.items()})
 
     def rows(self, lo: int, hi: int) -> "Batch":
+        """Rows ``lo:hi`` of this batch."""
         return Batch(self.x[lo:hi], self.y[lo:hi], {k: v[lo:hi] for k, v in self.groups.items()})
 
 
@@ -71,6 +73,7 @@ class Objective:
     per_example_ok: bool = True
 
     def mean(self, out: Any, batch: Batch) -> torch.Tensor:
+        """The batch-mean loss of the outputs ``out`` on ``batch`` (a scalar tensor)."""
         raise NotImplementedError
 
     def per_example(self, out: Any, batch: Batch) -> torch.Tensor:
@@ -98,9 +101,11 @@ class TaskLoss(Objective):
 
     @property
     def per_example_ok(self) -> bool:  # a loss marked ``couples_batch`` (masked cross-entropy) is not per example
+        """False when ``loss_fn`` is marked ``couples_batch``."""
         return not getattr(self.loss_fn, "couples_batch", False)
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """``loss_fn(out, batch.y)``."""
         return self.loss_fn(out, batch.y)
 
 
@@ -141,6 +146,7 @@ class TrainRequest:
 
     @property
     def num_public(self) -> int:
+        """Rows after the first ``num_private`` (the public or shared pool; 0 unless ``private_rows`` is set)."""
         return len(self.data) - self.num_private
 
 
