@@ -507,6 +507,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         ra = f" {r['robust_accuracy']:>9.4f}" if attack else ""
         print(f"{shown:>8} {lam:>6} {r.get('accuracy', float('nan')):>9.4f}{ra} {r.get('loss', float('nan')):>8.4f} "
               f"{r['params']:>12,} {r['macs']:>14,}")
+    summary_file = Path(args.run_dir) / "summary.json"
+    if summary_file.is_file():  # what the run itself measured, beside the re-scoring
+        import json
+
+        print_signals(json.loads(summary_file.read_text()), Path(args.run_dir))
     return 0
 
 
