@@ -71,10 +71,15 @@ def test_three_silos_read_their_own_csv_and_train_end_to_end(tmp_path):
     assert summary["global_client_accuracy_weighted_mean"] > 0.6  # it learned (0.756 when written; seeded)
 
 
-def test_a_silo_splits_and_standardises_its_own_rows(tmp_path):
+def test_a_silo_splits_and_standardises_its_own_rows(tmp_path, monkeypatch):
+    import fedveil.deploy.silo_table as silo_table
+
     write_schema_federation(table_config(), tmp_path / "fed")
     path = write_silo_csv(tmp_path / "mine.csv", 40, 30, seed=5)
+    reads = []
+    monkeypatch.setattr(silo_table, "read_table", lambda p, read=silo_table.read_table: reads.append(p) or read(p))
     cid, client = load_silo_table(silo_folder(tmp_path / "fed", 2), path)
+    assert reads == [path]  # the file is read once: checked, then encoded
     assert cid == 2 and client.num_train == 30 and len(client.test) == 10
     age = client.train.x[:, 0].double()
     assert abs(age.mean().item()) < 1e-5 and age.std(unbiased=False).item() == pytest.approx(1.0, rel=1e-4)

@@ -23,7 +23,7 @@ from typing import Any
 from ..config import RunConfig
 from ..data.errors import DataError
 from ..data.federated import ClientData, split_client_rows, standardise_client
-from ..data.loaders.table import load_table
+from ..data.loaders.table import encode_table
 from ..data.table_files import read_table
 from ..runtime.run_dir import config_fingerprint, read_json
 from ..runtime.simulation import FederationShape
@@ -108,10 +108,11 @@ def load_silo_table(folder: str | os.PathLike, table: str | os.PathLike) -> tupl
         raise SiloDataError(f"'{folder}' has no {SILO_ID_FILE} saying which silo it is") from None
     options = schema["options"]
     expected = set(options["features"]) | {options["label"]} | set(options.get("groups") or [])
-    extra = sorted(set(read_table(table)) - expected)
+    columns = read_table(table)  # read once: checked for extra columns, then encoded
+    extra = sorted(set(columns) - expected)
     if extra:
         raise DataError(f"'{table.name}': column '{extra[0]}' is not in the federation's schema ({', '.join(sorted(expected))})")
-    source = load_table(table.parent, path=table.name, **options)
+    source = encode_table(columns, f"'{table.name}'", **options)
     names = source.train.info["feature_names"]
     if names != schema["feature_names"]:
         raise DataError(f"'{table.name}' encodes to columns {', '.join(names)}, not the schema's {', '.join(schema['feature_names'])}")

@@ -179,6 +179,20 @@ def _concat(tables: list[Columns], files: list[Path]) -> Columns:
     return {name: [v for table in tables for v in table[name]] for name in names}
 
 
+def encode_table(
+    columns: Columns, where: str, *, label: str | None = None, features: list[str] | None = None,
+    categorical: list[str] = (), groups: list[str] = (), task: str = "auto",
+    categories: dict[str, list] | None = None, classes: list | None = None,
+) -> DataSource:
+    """One table's columns, already read (``fedveil.data.table_files.read_table``), encoded by
+    the same options as :func:`load_table` (a deployed silo's own file, read once)."""
+    if not next(iter(columns.values()), []):
+        raise DataError(f"{where} has no rows")
+    schema = _Schema(columns, where, label, features, list(categorical), list(groups), None, task, categories, classes)
+    train, continuous = schema.encode(columns, where)
+    return DataSource(train=train, test=None, task=schema.task, num_classes=len(schema.classes), continuous=continuous)
+
+
 @DATASETS.register("table", "your own table: a CSV or Parquet file, or a folder of them (one per client)")
 def load_table(
     root: str | os.PathLike | None = None,
