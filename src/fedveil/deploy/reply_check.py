@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from . import wire
+
 REPLY_KEYS = {"message", "loss", "extra_metrics", "epsilon"}
 SECURE_REPLY_KEYS = {"masked", "layout", "loss", "extra_metrics", "epsilon"}  # secure aggregation: no message
 OPTIONAL_KEYS = {"person_epsilon"}
@@ -96,7 +98,7 @@ def check_train_reply(value: Any, limits: ReplyLimits, secure: bool = False, wei
         return
     if not isinstance(value["message"], dict):
         raise InvalidReply("the message must be a mapping")
-    _check_tree(value["message"], "message", limits, 0)
+    _check_tree(value["message"], limits)
 
 
 def _check_masked(masked: Any, layout: Any, limits: ReplyLimits, weighted: bool) -> None:
@@ -121,23 +123,21 @@ def _check_masked(masked: Any, layout: Any, limits: ReplyLimits, weighted: bool)
         raise InvalidReply("masked holds numbers outside 32 bits")
 
 
-def _check_tree(node: Any, path: str, limits: ReplyLimits, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise InvalidReply(f"{path}: nested more than {MAX_DEPTH} levels")
-    if isinstance(node, torch.Tensor):
-        _check_tensor(node, path, limits)
-    elif isinstance(node, dict):
-        for key, item in node.items():
-            _check_tree(item, f"{path}/{key}", limits, depth + 1)
-            if key in COUNT_KEYS:
-                _check_number(f"{path}/{key}", item, low=0.0, high=float(limits.max_rows))
-    elif isinstance(node, (list, tuple)):
-        for i, item in enumerate(node):
-            _check_tree(item, f"{path}/{i}", limits, depth + 1)
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        _check_number(path, node)
-    elif not (node is None or isinstance(node, (str, bool))):
-        raise InvalidReply(f"{path}: unexpected {type(node).__name__}")
+def _check_tree(message: Any, limits: ReplyLimits) -> None:
+    """Every node of a reply's message (:func:`~fedveil.deploy.wire.walk`): its depth, each
+    tensor's shape, dtype and values, each number finite (a count within the rows a silo can
+    hold), nothing but tensors, numbers, strings, booleans and None."""
+    for path, node, depth in wire.walk(message, "message"):
+        if depth > MAX_DEPTH:
+            raise InvalidReply(f"{path}: nested more than {MAX_DEPTH} levels")
+        if path.rsplit("/", 1)[-1] in COUNT_KEYS:
+            _check_number(path, node, low=0.0, high=float(limits.max_rows))
+        elif isinstance(node, torch.Tensor):
+            _check_tensor(node, path, limits)
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            _check_number(path, node)
+        elif not (node is None or isinstance(node, (str, bool, dict, list, tuple))):
+            raise InvalidReply(f"{path}: unexpected {type(node).__name__}")
 
 
 def _check_tensor(t: torch.Tensor, path: str, limits: ReplyLimits) -> None:

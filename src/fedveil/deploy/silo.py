@@ -92,25 +92,16 @@ def request_fingerprint(tensors: dict[str, torch.Tensor], skeleton: str) -> str:
     return digest.hexdigest()
 
 
-def non_finite(value: Any, path: str = "") -> str | None:
+def non_finite(value: Any) -> str | None:
     """The path (``server/params/fc.weight``) of the first tensor with a NaN or infinite
     entry, or the first such float, in an unpacked message; None when every number is finite."""
-    if isinstance(value, torch.Tensor):
-        if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+    for path, node, _ in wire.walk(value):
+        if isinstance(node, torch.Tensor):
+            bad = (node.is_floating_point() or node.is_complex()) and not bool(torch.isfinite(node).all())
+        else:
+            bad = isinstance(node, float) and not math.isfinite(node)
+        if bad:
             return path or "message"
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path or "message"
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        found = non_finite(item, f"{path}/{key}" if path else str(key))
-        if found is not None:
-            return found
     return None
 
 

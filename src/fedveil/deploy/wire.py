@@ -15,7 +15,7 @@ round-tripping repr, tuples come back as tuples.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -101,6 +101,20 @@ def unpack(tensors: dict[str, torch.Tensor], skeleton: str, device: torch.device
     if extra:
         raise WireError(f"message carries arrays its skeleton does not name: {', '.join(extra[:5])}")
     return value
+
+
+def walk(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Any, int]]:
+    """Every node of an unpacked message, parents first: (path such as
+    ``server/params/fc.weight``, node, depth); dicts and lists are walked into."""
+    yield path, value, depth
+    if isinstance(value, dict):
+        children = value.items()
+    elif isinstance(value, (list, tuple)):
+        children = enumerate(value)
+    else:
+        return
+    for key, item in children:
+        yield from walk(item, f"{path}/{key}" if path else str(key), depth + 1)
 
 
 def describe(tensors: dict[str, torch.Tensor], skeleton: str) -> list[dict[str, Any]]:
