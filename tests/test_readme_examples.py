@@ -253,8 +253,10 @@ def check_config_show(tmp: Path, out: str) -> None:
 
 def check_evaluate(tmp: Path, out: str) -> None:
     """Every width of the 8 bases, served without retraining; parameters grow with the width."""
-    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+    table = out.split("method signals")[0]  # the run's own signals follow the table
+    rows = [line.split() for line in table.splitlines()[1:] if line.strip()]
     assert [r[0] for r in rows] == [f"x{k / 8:g}" for k in range(1, 9)], out
+    assert "bases trained per client" in out
     assert all(0.0 <= float(r[2]) <= 1.0 for r in rows)
     params = [int(r[4].replace(",", "")) for r in rows]
     assert params == sorted(params) and params[0] * 8 == params[-1]

@@ -34,7 +34,7 @@ from ..privacy.randomness import NoiseSource
 from .callbacks import Callback
 from .client_store import ClientStateStore, MemoryClientStore
 from .device import CPU, federated_to, resolve_device
-from .executor import make_executor
+from .executor import auto_executor, make_executor
 from ..training.local import LocalTrainer, task_loss
 from .privacy_plan import RunPrivacy
 from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
@@ -227,7 +227,10 @@ class Simulation:
 
     def __post_init__(self) -> None:
         if self.executor is None:
-            self.executor = make_executor(self.config.executor, self.config.ray, self.device)
+            name = self.config.executor
+            if name == "auto":
+                name = auto_executor(self.model, private=self.config.privacy.level == "example")
+            self.executor = make_executor(name, self.config.ray, self.device)
         if hasattr(self.executor, "probe"):  # the vectorized executor says now whether it can stack the model
             self.executor.probe(self.model, private=self.config.privacy.level == "example")
 
@@ -494,6 +497,7 @@ class Simulation:
         privacy_facts = self.privacy.summary() if self.privacy is not None else {}
         summary = build_summary(self.config, self.model_name, self.data, privacy_facts, rows, state["elapsed_s"])
         summary["device"] = str(self.device)
+        summary["executor"] = getattr(self.executor, "name", type(self.executor).__name__)
         summary["torch_threads"] = torch.get_num_threads()
         if self.withheld:
             summary["withheld_unnoised"] = list(self.withheld)
