@@ -29,6 +29,7 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
     ],
     "dp_schedules": [(["run", "examples/dp_fedavg_schedule.toml", "--out", "{out}"], ["learning_curves.png", "privacy_curve.png"])],
     "pets": [(["pets", "examples/pets_synthetic.toml", "--out", "{out}"], ["precision_recall.png"])],
+    "ecos": [(["ecos", "examples/ecos_digits.toml", "--out", "{out}"], ["selection.png"])],
     "mr_mtl": [([  # docs/personalisation.md's example: School's 139 schools, silo-specific DP at epsilon 6
         "run", "--algorithm", "mr_mtl", "--dataset", "school", "data.root={data}/school", "data.num_clients=139",
         "data.partition.name=natural", "data.partition.key=school", "data.test_fraction=0.2",

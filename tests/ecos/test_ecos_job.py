@@ -72,6 +72,18 @@ def test_a_job_with_true_labels_writes_its_files_and_spends_the_planned_epsilon(
     assert set(summary["seconds"]) >= {"cloud_features", "clustering", "client_summary", "selection", "labelling",
                                        "training"}
     assert summary["reused"] == []
+    assert (out / "selection.png").read_bytes().startswith(b"\x89PNG")  # pool vs selection per domain, the upload
+
+
+def test_the_selection_plot_counts_rows_per_domain(tmp_path):
+    import numpy as np
+
+    from fedveil.ecos.selection_plot import domain_counts, plot_selection
+
+    pool, chosen = np.array([0, 0, 2, 2, 2, 3]), np.array([2, 2, 3])
+    domains, in_pool, picked = domain_counts(pool, chosen, client_domain=1)  # the client's domain, none in the pool
+    assert domains.tolist() == [0, 1, 2, 3] and in_pool.tolist() == [2, 0, 3, 1] and picked.tolist() == [0, 0, 2, 1]
+    assert plot_selection(pool, chosen, 1, None, None, tmp_path / "s.png", "t").read_bytes().startswith(b"\x89PNG")
 
 
 def test_private_knn_labels_compose_both_releases_in_the_ledger(tmp_path, mnist_data_root):

@@ -22,7 +22,7 @@ RUN_KEYS = {"round", "cohort_size", "lr", "train_loss", "elapsed_s"}
 STATS = ("mean", "weighted_mean", "std", "worst10")
 SUMMARY_FACTS = {
     "algorithm", "dataset", "model", "task", "score", "num_clients", "rounds",
-    "rounds_completed", "seed", "wall_time_s", "final_round", "best", "device", "torch_threads",
+    "rounds_completed", "seed", "wall_time_s", "final_round", "best", "device", "torch_threads", "executor",
 }
 
 

@@ -45,4 +45,5 @@ def test_ifca_with_example_dp_on_ray_equals_serial():
     finally:
         ray.shutdown()
     assert on_ray["epsilon"] == serial["epsilon"] > 0
+    assert (on_ray.pop("executor"), serial.pop("executor")) == ("ray", "serial")
     assert without_wall_clock(on_ray) == without_wall_clock(serial)

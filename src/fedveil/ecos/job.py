@@ -58,6 +58,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..seeding import numpy_generator
 from .cloud_training import accuracy, initial_model, train_classifier
 from .config import ECOSJobConfig
+from .selection_plot import plot_selection
 from .pipeline import PRIVATE_METHODS, CloudPool, label, plan, plan_labelling, select
 from .splits import split_rows
 
@@ -68,6 +69,7 @@ __all__ = [
 
 CONFIG_FILE = "config.json"
 SELECTION_FILE = "selection.json"
+SELECTION_PLOT = "selection.png"  # pool and selection per domain, and the uploaded counts
 LABELS_FILE = "labels.json"
 LEDGER_FILE = "ledger.json"
 SUMMARY_FILE = "summary.json"
@@ -382,6 +384,10 @@ def run_job(config: ECOSJobConfig, out_dir: str | Path, progress: bool = True) -
             f"({time.perf_counter() - tic:.1f} s)")
     ledger = _ledger_of(selection["ledger"], path)
     chosen = np.asarray(selection["rows"], dtype=np.int64)
+    plot_selection(
+        data.domain[data.pool], data.domain[chosen], data.client_domain, train.info.get("domain_names"),
+        selection.get("coverage_scores"), out / SELECTION_PLOT, f"ECOS job: {config.ecos.method}, client {data.subject}",
+    )
 
     # labels: true (a third party), or the client's private kNN (a second release)
     labelling: dict | None = None
@@ -478,6 +484,6 @@ def format_summary(summary: Mapping[str, Any], out: str | Path) -> str:
         f"({s['upload_share']:.3%})",
         f"  {'download':<36} {s['download_bytes']:,} B",
         "  seconds: " + " / ".join(f"{k.replace('_', ' ')} {sec.get(k, 0.0):.2f}" for k in STAGES),
-        f"  job folder: {out}  ({CONFIG_FILE}, {SELECTION_FILE}, {LEDGER_FILE}, {SUMMARY_FILE})",
+        f"  job folder: {out}  ({CONFIG_FILE}, {SELECTION_FILE}, {SELECTION_PLOT}, {LEDGER_FILE}, {SUMMARY_FILE})",
     ]
     return "\n".join(lines)
