@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..params import Params
+from ..params import Params, global_norm
 from .randomness import RandomSource, standard_normal
 
 CLIP_EPS = 1e-15
@@ -31,7 +31,7 @@ CLIP_EPS = 1e-15
 
 def clip_update(update: Params, clip: float) -> tuple[Params, float]:
     """Scale ``update`` to global L2 norm at most ``clip``; returns it and its norm before."""
-    norm = math.sqrt(sum(float(v.double().pow(2).sum()) for v in update.values()))
+    norm = float(global_norm(update))
     factor = min(1.0, clip / (norm + CLIP_EPS))
     return {k: v * factor for k, v in update.items()}, norm
 
