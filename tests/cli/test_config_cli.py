@@ -113,3 +113,15 @@ def test_every_model_option_has_a_one_line_meaning():
     missing = [(e.name, option) for e in MODELS.entries()
                for option in list(inspect.signature(e.obj).parameters)[2:] if not option_note(e.name, option)]
     assert missing == []
+
+
+def test_config_show_pets_prints_the_default_job_as_a_loadable_toml(tmp_path, capsys):
+    from fedveil.cli.main import main
+    from fedveil.runtime.pets_job import PetsConfig, PetsData, PetsSynthetic, load_pets_config
+
+    assert main(["config", "show", "pets"]) == 0
+    text = capsys.readouterr().out
+    assert "[data.synthetic]" in text and "[pipeline]" in text and "noise_multiplier = 0.01" in text
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert load_pets_config(path) == PetsConfig(data=PetsData(synthetic=PetsSynthetic()))

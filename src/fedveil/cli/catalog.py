@@ -136,14 +136,29 @@ def ecos_job_toml() -> str:
             + to_toml(ecos_config_from_dict({}).to_dict()))
 
 
+PETS_JOB = "pets"
+
+
+def pets_job_toml() -> str:
+    """``fedveil config show pets``: the default PETs job (``fedveil pets CONFIG``), every key."""
+    from ..runtime.pets_job import PetsConfig, PetsData, PetsSynthetic
+
+    config = PetsConfig(data=PetsData(synthetic=PetsSynthetic()))
+    return ("# PETs job: fedveil pets CONFIG.toml [section.key=value ...]; data.dir = \"FOLDER\" in place of\n"
+            "# data.synthetic reads the challenge's CSV tables; sections and keys in docs/pets.md\n"
+            + to_toml(config.model_dump(mode="json", exclude_none=True)))
+
+
 def show(name: str) -> str:
     """What ``name`` is (every kind that has a component of that name), its description and
-    its parameters, or ``ecos``'s default job; an unknown name is a ConfigError with the
-    nearest names."""
+    its parameters, or the default job of ``ecos`` or ``pets``; an unknown name is a
+    ConfigError with the nearest names."""
     if name == ECOS_JOB:
         return ecos_job_toml()
+    if name == PETS_JOB:
+        return pets_job_toml()
     parts = []
-    known: list[str] = [ECOS_JOB]
+    known: list[str] = [ECOS_JOB, PETS_JOB]
     for kind in KINDS:
         registry = kind.registry()
         known += registry.names()
