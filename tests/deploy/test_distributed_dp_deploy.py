@@ -22,7 +22,8 @@ from fedveil.config import ConfigError  # noqa: E402
 from fedveil.deploy import wire  # noqa: E402
 from fedveil.deploy.silo import check_deployable  # noqa: E402
 from fedveil.privacy.randomness import NoiseSource, skellam  # noqa: E402
-from fedveil.runtime.distributed_dp import silo_streams, summed  # noqa: E402
+from fedveil.runtime.distributed_dp import silo_streams  # noqa: E402
+from fedveil.runtime.secure_sum import modular_sum  # noqa: E402
 from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
 from fedveil.runtime.simulation import Simulation  # noqa: E402
 
@@ -77,7 +78,7 @@ def test_the_server_never_holds_an_unnoised_sum(tmp_path):
     plan = Simulation.from_config(config).privacy
     for r in range(3):
         inputs = secure_inputs(transport, r)
-        total = summed(list(inputs.values()))  # what the unmask stage reveals to the server
+        total = modular_sum(list(inputs.values()))  # what the unmask stage reveals to the server
         share = plan.distributed.share(r, 5)
         noise = sum(skellam(total.size, share, silo_streams(NoiseSource("seeded"), config.seed, r, cid)[0])
                     for cid in inputs)

@@ -21,8 +21,8 @@ from fedveil.config import ConfigError
 from fedveil.privacy.randomness import NoiseSource, ZeroNoiseStream
 from fedveil.runtime import MemoryRecorder, Simulation
 from fedveil.runtime import distributed_dp as ddp
-from fedveil.runtime.distributed_dp import DistributedDP, DistributedDPError, summed
-from fedveil.runtime.secure_sum import layout_of
+from fedveil.runtime.distributed_dp import DistributedDP, DistributedDPError
+from fedveil.runtime.secure_sum import layout_of, modular_sum
 
 from tiny_runs import merge, tiny_config
 
@@ -60,7 +60,7 @@ def test_without_noise_the_decoded_mean_is_the_clipped_mean_within_the_rounding_
     mech = DistributedDP(CLIP, BITS, d, m)
     ups = updates(n, d)
     vectors = [mech.encode(u, 1e6, ZeroNoiseStream(np.random.default_rng(k)), np.random.default_rng(k)) for k, u in enumerate(ups)]
-    mean = mech.decode(summed(vectors), layout_of(ups[0]), torch.float64, torch.device("cpu"))
+    mean = mech.decode(modular_sum(vectors), layout_of(ups[0]), torch.float64, torch.device("cpu"))
     exact = {k: sum(clipped(u, CLIP)[k] for u in ups) / m for k in ups[0]}
     gamma = ((1 << (BITS - 1)) - 1) / CLIP
     for key in exact:  # each silo's rounding moves a coordinate by less than one integer unit
@@ -73,7 +73,7 @@ def test_with_noise_the_decoded_mean_carries_the_summed_shares():
     mech = DistributedDP(CLIP, BITS, d, m)
     ups = updates(n, d, seed=1)
     vectors = [mech.encode(u, share, np.random.default_rng(10 + k), np.random.default_rng(k)) for k, u in enumerate(ups)]
-    mean = mech.decode(summed(vectors), layout_of(ups[0]), torch.float64, torch.device("cpu"))
+    mean = mech.decode(modular_sum(vectors), layout_of(ups[0]), torch.float64, torch.device("cpu"))
     error = torch.cat([(mean[k] - sum(clipped(u, CLIP)[k] for u in ups) / m) for k in sorted(mean)])
     expected_std = math.sqrt(n * share) / (mech.scale * m)  # rounding adds < 1/sqrt(12) units: 0.02% of it
     assert float(error.std()) == pytest.approx(expected_std, rel=0.03)  # 2e4 coordinates: 0.5% sampling error

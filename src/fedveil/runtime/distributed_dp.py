@@ -36,8 +36,7 @@ from ..privacy.client_dp import clip_update
 from ..privacy.events import Release
 from ..privacy.randomness import NoiseSource, RandomSource, skellam
 from ..privacy.skellam import SKELLAM_RELATIONS, skellam_event
-from .device import to_cpu
-from .secure_sum import MODULUS_BITS, Layout
+from .secure_sum import MODULUS_BITS, Layout, flatten, unflatten
 
 ROUNDING_TRIES = 20  # conditional rounding's draws before it rounds towards zero
 ROUNDING_SLACK = 2.0  # sqrt(2 ln(1/beta)) of the rounding bound: beta = e^-2 misses per draw at most
@@ -114,8 +113,8 @@ class DistributedDP:
 
     def encode(self, update: Params, share: float, noise: RandomSource, rounding: np.random.Generator) -> np.ndarray:
         """One silo's clipped, scaled, conditionally rounded and noised update, mod 2^32."""
-        clipped, _ = clip_update({k: to_cpu(update[k].detach()).double() for k in sorted(update)}, self.clip)
-        scaled = np.concatenate([clipped[k].reshape(-1).numpy() for k in sorted(clipped)]) * self.scale
+        clipped, _ = clip_update({k: v.detach().double() for k, v in update.items()}, self.clip)
+        scaled = flatten(clipped) * self.scale
         if scaled.size > self.dimension:  # the plan's d bounds the update's size (D2 and D1 grow with d)
             raise DistributedDPError(f"an update of {scaled.size} numbers for a plan of at most {self.dimension}")
         rounded = self.round(scaled, rounding)
@@ -136,15 +135,7 @@ class DistributedDP:
         """The noisy mean update from the unmasked sum: centred integers / (gamma m)."""
         total = total.astype(np.int64) % (1 << MODULUS_BITS)
         centred = np.where(total >= 1 << (MODULUS_BITS - 1), total - (1 << MODULUS_BITS), total)
-        values = centred.astype(np.float64) / (self.scale * self.expected_cohort)
-        mean, at = {}, 0
-        for key, shape in layout:
-            size = math.prod(shape)
-            mean[key] = torch.from_numpy(values[at:at + size].copy()).reshape(shape).to(dtype=dtype, device=device)
-            at += size
-        if at != values.size:
-            raise DistributedDPError(f"a summed vector of {values.size} numbers does not fit the layout of {at}")
-        return mean
+        return unflatten(centred.astype(np.float64) / (self.scale * self.expected_cohort), layout, dtype, device)
 
     def release(self, survivors: int, share: float) -> Release:
         """What the server learned from ``survivors`` silos' noised sum: Skellam of the
@@ -155,14 +146,6 @@ class DistributedDP:
         """The Skellam release of a sum carrying ``variance``, at this mechanism's sensitivities."""
         event = skellam_event(variance, self.l2_sensitivity, self.l1_sensitivity)
         return Release(event, 1, SKELLAM_RELATIONS, label=LABEL)
-
-
-def summed(vectors: list[np.ndarray]) -> np.ndarray:
-    """The modular sum secure aggregation reveals (computed in the clear by a simulation)."""
-    total = np.zeros_like(vectors[0], dtype=np.uint64)
-    for vector in vectors:
-        total = (total + vector) % (1 << MODULUS_BITS)
-    return total
 
 
 NOISE_STREAM, ROUNDING_STREAM = 0x5CE1, 0x5CE2  # (seed, tag, round, silo) of the seeded streams

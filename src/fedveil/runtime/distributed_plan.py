@@ -21,8 +21,8 @@ from ..privacy.calibration import calibrate_skellam, skellam_releases
 from ..privacy.events import Release
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.randomness import NoiseSource
-from .distributed_dp import DistributedDP, DistributedDPError, silo_streams, summed
-from .secure_sum import SecureSumSettings, layout_of
+from .distributed_dp import DistributedDP, DistributedDPError, silo_streams
+from .secure_sum import SecureSumSettings, layout_of, modular_sum
 
 
 @dataclass(frozen=True)
@@ -102,4 +102,4 @@ class DistributedPlan:
             return None, share
         vectors = [self.mechanism.encode(update, share, *silo_streams(noise, seed, round_idx, cid)) for cid, update in updates]
         first = next(iter(updates[0][1].values()))
-        return self.mechanism.decode(summed(vectors), layout_of(updates[0][1]), first.dtype, first.device), share
+        return self.mechanism.decode(modular_sum(vectors), layout_of(updates[0][1]), first.dtype, first.device), share

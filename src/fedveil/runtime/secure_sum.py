@@ -88,11 +88,37 @@ def layout_of(delta: dict[str, torch.Tensor]) -> Layout:
     return [(key, tuple(delta[key].shape)) for key in sorted(delta)]
 
 
+def flatten(delta: dict[str, torch.Tensor]) -> np.ndarray:
+    """``delta``'s tensors, keys sorted (:func:`layout_of`), as one float64 vector on the host
+    (where the masks and the noise shares are added)."""
+    return np.concatenate([to_cpu(delta[key].detach()).double().reshape(-1).numpy() for key in sorted(delta)])
+
+
+def unflatten(values: np.ndarray, layout: Layout, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`flatten`: ``values`` cut by ``layout`` into tensors of ``dtype`` on ``device``."""
+    expected = sum(math.prod(shape) for _, shape in layout)
+    if values.size != expected:
+        raise SecureSumError(f"a summed vector of {values.size} numbers does not fit the layout of {expected}")
+    out, at = {}, 0
+    for key, shape in layout:
+        size = math.prod(shape)
+        out[key] = torch.from_numpy(np.ascontiguousarray(values[at:at + size])).reshape(shape).to(dtype=dtype, device=device)
+        at += size
+    return out
+
+
+def modular_sum(vectors: list[np.ndarray]) -> np.ndarray:
+    """The sum mod 2^32 that secure aggregation reveals (a simulation computes it in the clear)."""
+    total = np.zeros_like(vectors[0], dtype=np.uint64)
+    for vector in vectors:
+        total = (total + vector) % (1 << MODULUS_BITS)
+    return total
+
+
 def encode(delta: dict[str, torch.Tensor], weight: float, settings: SecureSumSettings, seed: int, round_idx: int, client: int) -> np.ndarray:
     """The quantised x_k = [p_k * delta_k (keys sorted), p_k] of one message."""
     p = weight / settings.weight_scale
-    flat = [to_cpu(delta[key].detach()).double().reshape(-1).numpy() * p for key in sorted(delta)]  # crypto runs on the host
-    vector = np.concatenate([*flat, np.array([p])])
+    vector = np.concatenate([flatten(delta) * p, np.array([p])])
     rng = np.random.default_rng([seed, STREAM, round_idx, client])
     return quantize(vector, settings.clip, settings.bits, rng)
 
@@ -107,13 +133,7 @@ def decode(
     weight = float(summed[-1])
     if weight <= 0:
         return None
-    delta, at = {}, 0
-    for key, shape in layout:
-        size = math.prod(shape)
-        delta[key] = torch.from_numpy(summed[at:at + size] / weight).reshape(shape).to(dtype=dtype, device=device)
-        at += size
-    if at != summed.size - 1:
-        raise SecureSumError(f"a summed vector of {summed.size} numbers does not fit the layout of {at + 1}")
+    delta = unflatten(summed[:-1] / weight, layout, dtype, device)
     return {"delta": delta, "num_examples": weight * settings.weight_scale, "steps": 0}
 
 
@@ -127,9 +147,7 @@ def summed_in_the_clear(
     layout = layout_of(deltas[0])
     if any(layout_of(d) != layout for d in deltas):
         raise SecureSumError("the cohort's updates do not share one layout")
-    total = np.zeros(sum(math.prod(s) for _, s in layout) + 1, dtype=np.uint64)
-    for (cid, message), weight in zip(results, weights):
-        total += encode(message["delta"], weight, settings, seed, round_idx, cid)
+    total = modular_sum([encode(m["delta"], w, settings, seed, round_idx, cid) for (cid, m), w in zip(results, weights)])
     first = deltas[0][layout[0][0]]
     combined = decode(total, len(results), layout, settings, first.dtype, first.device)
     return [] if combined is None else [(-1, combined)]
