@@ -16,8 +16,7 @@ from typing import Any, Mapping, Sequence
 #: Row keys every run may write: not a method's own signal.
 COMMON_KEYS = frozenset({
     "round", "cohort_size", "survivors", "lr", "train_loss", "elapsed_s", "epsilon", "epsilon_per_client", "clip",
-    "noise_multiplier", "evaluated_silos", "dropped", "person_epsilon", "wall_time_s", "final_round",
-    "rounds_completed", "rounds", "num_clients", "seed", "torch_threads", "planned_epsilon", "delta", "final_clip",
+    "noise_multiplier", "evaluated_silos", "dropped", "person_epsilon",
 })
 COMMON_PREFIXES = ("global_client_", "global_val_", "personal_", "global_test_loss")
 
