@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from .signals import method_signals, signal_label
+from .signals import eval_signals, method_signals, signal_label
 
 LEARNING_CURVES_FILE = "learning_curves.png"
 PRIVACY_CURVE_FILE = "privacy_curve.png"
@@ -78,17 +78,12 @@ def per_round(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
 def extra_metric_curves(rows: list[dict[str, Any]], score: str) -> list[tuple[str, str]]:
     """(key, label) of the metrics beyond loss and score (``eval.metrics``) in ``rows``: the
     global model on the pooled test set, and the personal models' mean over clients."""
-    global_keys: dict[str, None] = {}
-    personal_keys: dict[str, None] = {}
-    for row in rows:
-        for key in row:
-            if key.startswith("global_test_") and key not in (f"global_test_{score}", "global_test_loss"):
-                global_keys[key] = None
-            elif (
-                key.startswith("personal_") and key.endswith("_mean") and not key.endswith("_weighted_mean")
-                and key != f"personal_{score}_mean"
-            ):
-                personal_keys[key] = None
+    global_keys = dict.fromkeys(key for row in rows for key in eval_signals(row, score))
+    personal_keys = dict.fromkeys(
+        key for row in rows for key in row
+        if key.startswith("personal_") and key.endswith("_mean") and not key.endswith("_weighted_mean")
+        and key != f"personal_{score}_mean"
+    )
     curves = [(k, f"{k.removeprefix('global_test_')} (global, pooled test)") for k in global_keys]
     curves += [(k, f"{k.removeprefix('personal_').removesuffix('_mean')} (personal, mean)") for k in personal_keys]
     return curves[:MAX_EXTRA_CURVES]
