@@ -260,9 +260,7 @@ def skellam(n: int, variance: float, source: RandomSource) -> np.ndarray:
     if isinstance(source, ZeroNoiseStream):
         return np.zeros(n, dtype=np.int64)
     half = variance / 2.0
-    if isinstance(source, SecureRandom):
-        return source.poisson(half, n) - source.poisson(half, n)
-    if isinstance(source, np.random.Generator):
+    if isinstance(source, (SecureRandom, np.random.Generator)):  # both draw Poisson counts alike
         return source.poisson(half, n) - source.poisson(half, n)
     raise ValueError(f"Skellam noise is drawn on the host from a numpy generator or the secure source; got {source!r}")
 
