@@ -288,9 +288,7 @@ class DeployedServer:
     def _noisy_mean(self, total: np.ndarray, layout, round_idx: int, cohort_size: int, survivors: int):
         """Distributed DP: the noisy mean update from the unmasked sum, its release accounted
         (the noise the survivors carried) and the ledger checked against the plan."""
-        share = self.privacy.distributed.share(round_idx, cohort_size)
-        mean = self.privacy.distributed.mechanism.decode(total, layout, self.limits.dtype, self.device)
-        self.privacy.record_distributed(round_idx, survivors, share)
+        mean = self.privacy.unmasked_mean(total, layout, round_idx, cohort_size, survivors, self.limits.dtype, self.device)
         self.privacy.check.check()
         return mean
 

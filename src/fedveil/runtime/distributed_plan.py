@@ -22,7 +22,7 @@ from ..privacy.events import Release
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.randomness import NoiseSource
 from .distributed_dp import DistributedDP, DistributedDPError, silo_streams
-from .secure_sum import SecureSumSettings, layout_of, modular_sum
+from .secure_sum import SecureSumSettings, modular_sum
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,12 @@ class DistributedPlan:
         """The release the plan calibrated for round ``round_idx``."""
         return self.mechanism.planned_release(self.variance(round_idx))
 
-    def noisy_mean(
+    def simulated_sum(
         self, updates: list[tuple[int, Params]], round_idx: int, cohort_size: int, seed: int, noise: NoiseSource,
-    ) -> tuple[Params | None, float]:
-        """A simulation's secure sum of every silo's noised share, decoded into the noisy mean,
-        and the share; None for the mean below the threshold (the round releases nothing)."""
-        share = self.share(round_idx, cohort_size)
+    ) -> np.ndarray | None:
+        """What the server would unmask in a simulation: the sum of every silo's noised share;
+        None below the threshold (the round releases nothing)."""
         if len(updates) < self.secure.threshold(cohort_size):
-            return None, share
-        vectors = [self.mechanism.encode(update, share, *silo_streams(noise, seed, round_idx, cid)) for cid, update in updates]
-        first = next(iter(updates[0][1].values()))
-        return self.mechanism.decode(modular_sum(vectors), layout_of(updates[0][1]), first.dtype, first.device), share
+            return None
+        share = self.share(round_idx, cohort_size)
+        return modular_sum([self.mechanism.encode(u, share, *silo_streams(noise, seed, round_idx, cid)) for cid, u in updates])

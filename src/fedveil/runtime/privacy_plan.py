@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from ..algorithms.base import Algorithm
@@ -39,7 +40,7 @@ from ..privacy.randomness import NoiseSource, RandomSource
 from ..privacy.schedules import quantise_shape
 from ..training.local import LocalTrainer
 from .distributed_plan import DistributedPlan
-from .secure_sum import SecureSumSettings
+from .secure_sum import Layout, SecureSumSettings, layout_of
 
 POPULATION = PrivacyLedger.POPULATION
 PER_CLIENT_METRICS_LIMIT = 100  # metrics rows list per-client epsilons up to this many clients
@@ -232,18 +233,27 @@ class RunPrivacy:
         """Distributed DP in a simulation: the noisy mean the server would unmask, accounted;
         None (and no release) below the threshold."""
         assert self.distributed is not None
-        mean, share = self.distributed.noisy_mean(updates, round_idx, cohort_size, seed, self.noise)
-        if mean is not None:
-            self.record_distributed(round_idx, len(updates), share)
-        return mean
+        total = self.distributed.simulated_sum(updates, round_idx, cohort_size, seed, self.noise)
+        if total is None:
+            return None
+        first = next(iter(updates[0][1].values()))
+        return self.unmasked_mean(total, layout_of(updates[0][1]), round_idx, cohort_size, len(updates), first.dtype,
+                                  first.device)
 
-    def record_distributed(self, round_idx: int, survivors: int, share: float) -> None:
-        """Account the sum the server unmasked in round ``round_idx``: the plan's release is
-        expected, the noise the survivors actually carried recorded."""
+    def unmasked_mean(
+        self, total: np.ndarray, layout: Layout, round_idx: int, cohort_size: int, survivors: int, dtype: torch.dtype,
+        device: torch.device,
+    ) -> Params:
+        """The noisy mean update (``dtype`` on ``device``) from the sum unmasked in round
+        ``round_idx``, a simulation's or a deployed server's; its release is accounted: the
+        plan's release expected, the noise the ``survivors`` actually carried recorded."""
         assert self.distributed is not None
+        mean = self.distributed.mechanism.decode(total, layout, dtype, device)
+        share = self.distributed.share(round_idx, cohort_size)
         self.check.expect(POPULATION, [self.distributed.planned_release(round_idx)])
         self.ledger.record(POPULATION, self.distributed.mechanism.release(survivors, share))
         self.released_rounds.append(round_idx)
+        return mean
 
     def _sampling_args(self, population: int, sampling: str | None = None) -> dict[str, Any]:
         """A sampling scheme (default: the configured one) as the accountant and the ledger take it."""
@@ -361,7 +371,7 @@ class RunPrivacy:
         """The releases the plan calibrated for round ``round_idx``, per subject."""
         if self.config.level == "none":  # only the setup's releases, expected before round 0
             return {}
-        if self.distributed is not None:  # expected as each round's sum is unmasked (record_distributed)
+        if self.distributed is not None:  # expected as each round's sum is unmasked (unmasked_mean)
             return {}
         if self.config.level == "client":
             z = self.population_noise * float(self.shape[round_idx])
