@@ -177,6 +177,15 @@ def test_serial_and_vectorized_agree_with_batch_statistics(norm):
     assert rows_s[-1]["bases_trained"] == pytest.approx((1 * 3 + 2 * 3 + 4 * 2) / 8)
 
 
+def test_serial_and_vectorized_agree_on_the_private_group_norm_route():
+    """Split-Mix's DP route (norm "group", example-level DP-SGD): both executors, same numbers."""
+    private = {"privacy": {"level": "example", "noise_multiplier": 1.0, "clip": 1.0, "delta": 1e-5}}
+    rows_s, rows_v, _, _ = _assert_executors_agree(
+        merge(SPLIT_MIX, {**WELL_CONDITIONED, **private, "model": {"options": {"norm": "group"}}})
+    )
+    assert rows_s[-1]["epsilon"] == rows_v[-1]["epsilon"] > 0
+
+
 def test_state_is_plain_checkpointable_data(tmp_path):
     run(tiny_config(**SPLIT_MIX), tmp_path / "run", progress=False)
     ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
