@@ -25,7 +25,7 @@ LAYERS = [
     {"algorithms", "ecos"},
     {"config"},
     {"runtime"},
-    {"bench", "experiments", "deploy"},
+    {"bench", "reproduce", "deploy"},
     {"cli"},
     {"__main__"},
 ]

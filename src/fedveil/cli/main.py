@@ -558,12 +558,12 @@ def cmd_partitions(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from ..data.source import DATA_ENV_VAR
-    from ..experiments import EXPERIMENTS, ExperimentContext, write_results
-    from ..experiments.registry import output_folder
+    from ..reproduce import ReproductionContext, load_reproductions, output_folder, write_results
 
+    reproductions = load_reproductions()
     if args.list or not args.name:
-        return _print_entries(EXPERIMENTS)
-    experiment = EXPERIMENTS.get(args.name)
+        return _print_entries(reproductions)
+    reproduction = reproductions.get(args.name)
     try:
         out = output_folder(args.name, args.out, args.quick)
     except ValueError as err:
@@ -574,7 +574,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         root = Path(os.environ[DATA_ENV_VAR])
     else:
         root = Path.home() / ".cache" / "fedveil"
-    report = experiment(ExperimentContext(out_dir=out, quick=args.quick, data_root=root))
+    report = reproduction(ReproductionContext(out_dir=out, quick=args.quick, data_root=root))
     md, js = write_results(report, out, args.quick)
     print(md.read_text())
     print(f"wrote {md} and {js}")

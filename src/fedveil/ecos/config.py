@@ -20,8 +20,8 @@ An ECOS job is not a federated round loop, so it has its own small config (not
     model = "lenet"
     [cloud.fixmatch]              # FixMatchSettings' fields (trainer = "fixmatch")
 
-Every section and key is optional; the defaults are those of ``ecos_digits``
-(:mod:`fedveil.experiments.ecos_tables`): ``hog_color`` features on 4x4 cells, R = 100,
+Every section and key is optional; the defaults follow the ECOS paper's Digits setting
+(spec 005): ``hog_color`` features on 4x4 cells, R = 100,
 sigma 25, gamma 0.8, s = 1, cluster-size cap, PLD at delta 1e-5, LeNet of width 0.5 and
 :class:`~fedveil.ecos.cloud_training.CloudSGD`'s defaults.  :meth:`ECOSJobConfig.to_dict`
 holds every value, defaults filled in (the job's ``config.json``).

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..config import RunConfig, validate
 from .callbacks import ProgressBar
-from .run_dir import SUMMARY_FILE, RunDirError, config_fingerprint, read_json, write_json
+from .run_dir import SUMMARY_FILE, RunDirectory, RunDirError, config_fingerprint, read_json, write_json
 from .simulation import Simulation
 from .sweep_plan import SweepPlan, SweepPoint
 
@@ -74,11 +74,21 @@ def run_sweep(
     ``use_ray``: one Ray task per run (``ray.address`` of the base config, else a local
     Ray); otherwise one after another, each with a progress line."""
     plan, runs = open_sweep(plan, out, resume)
+    return run_all(runs, progress=progress, use_ray=use_ray, echo=echo)
+
+
+def run_all(
+    runs: list[SweepRun], *, progress: bool = True, use_ray: bool = False, echo: Callable[[str], Any] = print,
+) -> list[dict[str, Any]]:
+    """Run every one of ``runs`` into its folder and return their summaries, in order: a
+    finished run is kept, an interrupted one resumes from its checkpoint (what a sweep and
+    a reproduction's plan both do)."""
     total = len(runs)
     summaries: dict[int, dict[str, Any]] = {}
     todo = []
     for run in runs:
         if run.finished:
+            RunDirectory.open_for_resume(run.path, run.config.model_dump(mode="json"))  # refuses another config's run
             summaries[run.index] = read_json(run.path / SUMMARY_FILE)
             echo(f"{_tag(run, total)}: finished earlier, kept")
         else:
@@ -140,4 +150,4 @@ def _run_one(config: dict[str, Any], path: str) -> dict[str, Any]:
     return Simulation.from_config(validate(config)).run(path, resume=True)
 
 
-__all__ = ["RUNS_DIR", "SWEEP_FILE", "SweepRun", "open_sweep", "result_line", "run_sweep"]
+__all__ = ["RUNS_DIR", "SWEEP_FILE", "SweepRun", "open_sweep", "result_line", "run_all", "run_sweep"]

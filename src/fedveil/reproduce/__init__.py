@@ -1,0 +1,10 @@
+"""Paper reproductions' shape, registry and results files (``fedveil reproduce``); the
+reproductions themselves live outside the library, in the ``fedveil_reproductions`` package."""
+from .plan import PlannedRun, Reproduction, ReproductionContext, Summaries, run_once, run_plan
+from .registry import REPRODUCTIONS, load_reproductions
+from .report import ReproductionReport, ResultRow, output_folder, write_results
+
+__all__ = [
+    "PlannedRun", "REPRODUCTIONS", "Reproduction", "ReproductionContext", "ReproductionReport", "ResultRow",
+    "Summaries", "load_reproductions", "output_folder", "run_once", "run_plan", "write_results",
+]
