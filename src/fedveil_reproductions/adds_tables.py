@@ -27,8 +27,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
 
 METHODS = ("fedavg", "stc", "pfedme", "feddrop", "adds", "adds_lrp")
 LABELS = {"fedavg": "FedAvg", "stc": "STC", "pfedme": "pFedMe", "feddrop": "FedDrop", "adds": "ADDS (slim)",

@@ -35,7 +35,12 @@ from fedveil.data.errors import DataError
 from fedveil.data.loaders.mnist import SUBSET, read_idx
 from fedveil.privacy.schedules import gd_dynamic_sigmas, uniform_sigmas
 from fedveil.privacy.zcdp import epsilon_from_budget, rho_from_epsilon_delta
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 
 EPSILON, DELTA = 4.0, 1e-8
 ACTIVATION = "relu"

@@ -111,10 +111,22 @@ from fedveil.ecos.distillation import distill, train_teacher
 from fedveil.ecos.pipeline import CloudPool, ECOSSettings, select
 from fedveil.ecos.selection import ecos_select
 from fedveil.privacy.ledger import PrivacyLedger
-from fedveil.seeding import numpy_generator
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce import verdicts as st
-from .ecos_tables import HOG_OPTIONS, extractor_choice_rows, id_share, matching, seed_means
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.seeding import numpy_generator
+
+from .ecos_tables import (
+    HOG_OPTIONS,
+    extractor_choice_rows,
+    id_share,
+    matching,
+    seed_means,
+)
 
 NUM_DOMAINS, NUM_CLASSES = 6, 10
 #: The paper's DomainNet columns; synthetic domain d only sits in column d.

@@ -53,10 +53,23 @@ from fedveil.ecos.pipeline import CloudPool, ECOSSettings, label, select
 from fedveil.ecos.private_knn import KNNSettings, labelling_release, private_knn_labels
 from fedveil.ecos.splits import split_rows
 from fedveil.privacy.ledger import PrivacyLedger
-from fedveil.seeding import numpy_generator
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce import verdicts as st
-from .ecos_tables import DOMAIN_NAMES, NUM_CLASSES, default_ecos, load_domains, matching, seed_means
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.seeding import numpy_generator
+
+from .ecos_tables import (
+    DOMAIN_NAMES,
+    NUM_CLASSES,
+    default_ecos,
+    load_domains,
+    matching,
+    seed_means,
+)
 
 Record = dict[str, Any]
 LABELS = {"ecos": "ECOS", "k_center": "K-Center", "random": "Random"}

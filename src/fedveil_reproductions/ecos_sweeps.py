@@ -36,10 +36,16 @@ from fedveil.ecos.coverage import coverage_counts, private_coverage
 from fedveil.ecos.pipeline import CloudPool, ECOSSettings, plan
 from fedveil.ecos.selection import ecos_select
 from fedveil.ecos.splits import split_rows
-from fedveil.seeding import numpy_generator
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce import verdicts as st
+from fedveil.seeding import numpy_generator
+
 from .ecos_tables import DOMAIN_NAMES, default_ecos, load_domains, seed_means
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
 
 Record = dict[str, Any]
 

@@ -74,9 +74,14 @@ from fedveil.ecos.pipeline import CloudPool, ECOSSettings, select
 from fedveil.ecos.selection import ecos_select
 from fedveil.ecos.splits import CLOUDS, split_rows
 from fedveil.privacy.ledger import PrivacyLedger
-from fedveil.seeding import numpy_generator
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.seeding import numpy_generator
 
 DOMAIN_NAMES = tuple(DOMAINS)
 NUM_CLASSES = 10

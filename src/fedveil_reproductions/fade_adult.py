@@ -39,9 +39,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
-from fedveil.runtime import run
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce.verdicts import lower_verdict
+from fedveil.runtime import run
 
 WEAK_LAMBDA = 0.69  # ~ ln 2, the BCE of a discriminator at adversarial balance
 WEAK = f"vanilla_lam{WEAK_LAMBDA:g}"

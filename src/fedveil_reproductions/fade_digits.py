@@ -26,9 +26,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
+
 from .fade_uda import LABELS, accuracy, adapted, target_rows
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
 
 DOMAINS = {"mnist": 0, "digits": 1}  # domain ids of the mnist_digits data set
 PAPER = "curve only (Fig. 3.2)"

@@ -32,9 +32,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
+
 from .fade_uda import LABELS, accuracy, adapted, target_rows
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
 
 CLASSES = 31
 PAPER_AVG = {  # Table 3.1, column "Avg." (9 Office / Office-Home tasks, %)

@@ -15,7 +15,13 @@ import statistics
 from typing import Any
 
 from fedveil.reproduce import (
-    REPRODUCTIONS, PlannedRun, Reproduction, ReproductionContext, ReproductionReport, ResultRow, Summaries,
+    REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    Summaries,
 )
 from fedveil.runtime.run_dir import read_metrics
 

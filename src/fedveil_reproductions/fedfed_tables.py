@@ -29,9 +29,20 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
-from fedveil.privacy.feature_release import communication_ratio, kov_composition, paper_epsilon, release_epsilon
+from fedveil.privacy.feature_release import (
+    communication_ratio,
+    kov_composition,
+    paper_epsilon,
+    release_epsilon,
+)
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
 
 BASES = ("fedavg", "fedprox", "scaffold", "fednova")
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}

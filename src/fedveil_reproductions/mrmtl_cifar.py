@@ -30,11 +30,34 @@ from typing import Any
 from fedveil.models import build_model
 from fedveil.models.complexity import count_params
 from fedveil.privacy.calibration import calibrate_noise
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
+
 from .silo_study import (
+    NON_PRIVATE,
+    LearningRates,
+    Results,
+    SiloStudy,
+    SiloTask,
+    beats_both_rows,
+    best_lambda,
+    eps_label,
+    example_privacy,
+    gap_text,
+    lambda_trend_row,
+    lr_edge_notes,
+    lr_rows,
+    mean_score,
+    mr_mtl_label,
+    paired_gap,
+    plot_study,
+    run_tuned_grid,
+    score_rows,
     study_record,
-    NON_PRIVATE, LearningRates, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
-    gap_text, lambda_trend_row, lr_edge_notes, lr_rows, mean_score, mr_mtl_label, paired_gap, plot_study, run_tuned_grid, score_rows,
 )
 
 SILOS, CLASSES_PER_SILO = 30, 5

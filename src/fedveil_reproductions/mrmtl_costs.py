@@ -20,12 +20,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedveil.config import validate
-from fedveil.runtime.simulation import Simulation
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
-from .silo_study import (
-    NON_PRIVATE, Results, SiloStudy, eps_label, gap_text, mean_score, paired_gap, run_grid, score_rows, study_record,
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
 )
+from fedveil.runtime.simulation import Simulation
+
 from .mrmtl_vehicle import vehicle_task
+from .silo_study import (
+    NON_PRIVATE,
+    Results,
+    SiloStudy,
+    eps_label,
+    gap_text,
+    mean_score,
+    paired_gap,
+    run_grid,
+    score_rows,
+    study_record,
+)
 
 SWITCHES = (0.25, 0.5, 0.75)  # Fig. G.1: finetuning starts after this share of the rounds
 

@@ -22,6 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.theory.mean_estimation import (
     fedavg_error,
     fedavg_gap,
@@ -39,7 +45,6 @@ from fedveil.theory.mean_estimation import (
     tnb_gamma,
     tuned_gaussian_sigma_dp,
 )
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
 
 K, N, SIGMA, CLIP = 20, 200, 0.4, 1.0
 EPSILON, DELTA = 0.25, 1e-5

@@ -27,15 +27,39 @@ from typing import Any
 
 import torch
 
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.runtime.evaluation import evaluate
-from fedveil.runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
 from fedveil.runtime.finished_run import FinishedRun
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
+
 from .silo_study import (
+    NON_PRIVATE,
+    Results,
+    SiloStudy,
+    SiloTask,
+    baseline_algorithms,
+    beats_both_rows,
+    best_lambda,
+    cell,
+    eps_label,
+    example_privacy,
+    gap_text,
+    is_warm_start,
+    lambda_trend_row,
+    mean_score,
+    methods,
+    mr_mtl_label,
+    paired_gap,
+    plot_study,
+    run_dir_name,
+    run_grid,
+    score_rows,
     study_record,
-    NON_PRIVATE, Results, SiloStudy, SiloTask, baseline_algorithms, beats_both_rows, best_lambda, cell, eps_label,
-    example_privacy, gap_text, is_warm_start, lambda_trend_row, mean_score, methods, mr_mtl_label, paired_gap, plot_study,
-    run_dir_name, run_grid, score_rows,
 )
 
 SILOS, ROTATION_GROUPS = 40, 4

@@ -19,10 +19,22 @@ from __future__ import annotations
 from typing import Any
 
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport
+
 from .silo_study import (
+    NON_PRIVATE,
+    Results,
+    SiloStudy,
+    SiloTask,
+    beats_both_rows,
+    eps_label,
+    example_privacy,
+    lambda_trend_row,
+    mean_score,
+    mr_mtl_label,
+    plot_study,
+    run_grid,
+    score_rows,
     study_record,
-    NON_PRIVATE, Results, SiloStudy, SiloTask, beats_both_rows, eps_label, example_privacy, lambda_trend_row,
-    mean_score, mr_mtl_label, plot_study, run_grid, score_rows,
 )
 
 README_MSE = {("6", "fedavg"): 0.02564, ("6", "local"): 0.02628, ("6", "mr_mtl(lam=1)"): 0.02394}  # [C1] README

@@ -26,13 +26,34 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
+
 from .silo_study import (
-    study_record,
-    NON_PRIVATE, LearningRates, Results, SiloStudy, SiloTask, beats_both_rows, best_lambda, eps_label, example_privacy,
-    gap_text, lambda_trend_row, lr_rows, mean_score, mr_mtl_label, paired_gap, plot_lambda_panel, run_grid,
+    NON_PRIVATE,
+    LearningRates,
+    Results,
+    SiloStudy,
+    SiloTask,
+    beats_both_rows,
+    best_lambda,
+    eps_label,
+    example_privacy,
+    gap_text,
+    lambda_trend_row,
+    lr_rows,
+    mean_score,
+    mr_mtl_label,
+    paired_gap,
+    plot_lambda_panel,
+    run_grid,
     run_tuned_grid,
     score_rows,
+    study_record,
 )
 
 

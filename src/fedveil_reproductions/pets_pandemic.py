@@ -39,7 +39,12 @@ from fedveil.pets import (
 from fedveil.pets.features import build_silo_features
 from fedveil.pets.node_dp import node_epsilon, steps_for_epochs
 from fedveil.pets.pipeline import Metrics, PipelineResult
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 
 # Thesis numbers (AP x 1e-2 on Smoke unless noted), spec 002 §6.2
 PAPER_RANDOM_AP = 0.266e-2  # Table 2.4 / 2.6, Smoke

@@ -20,8 +20,8 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
-from fedveil.runtime import run
 from fedveil.reproduce import ResultRow
+from fedveil.runtime import run
 
 NON_PRIVATE = math.inf
 Results = dict[str, dict[str, list[float]]]  # method label -> epsilon label -> one score per seed

@@ -24,9 +24,16 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
-from fedveil.runtime.saved_model import evaluate_saved
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
+from fedveil.runtime.saved_model import evaluate_saved
+
 from .splitmix_digits import WIDTHS, SplitMixStudy, run_config
 
 REFRESH_PASSES = 20

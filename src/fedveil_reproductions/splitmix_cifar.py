@@ -24,9 +24,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow
-from .splitmix_digits import LABELS, WIDTHS, Results, SplitMixStudy, costs, plot, run_study, table_rows
+
+from .splitmix_digits import (
+    LABELS,
+    WIDTHS,
+    Results,
+    SplitMixStudy,
+    costs,
+    plot,
+    run_study,
+    table_rows,
+)
 
 SETTINGS = ("noniid", "iid")
 # Table 4.1 (CIFAR10 class non-iid) and Table C.4 (CIFAR10 i.i.d FL, 100%): accuracy (%) per width

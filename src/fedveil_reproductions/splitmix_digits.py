@@ -27,9 +27,15 @@ from tqdm.auto import tqdm
 from fedveil.config import validate
 from fedveil.models import build_model
 from fedveil.models.complexity import count_macs, count_params
-from fedveil.runtime.saved_model import evaluate_saved
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
+from fedveil.runtime.saved_model import evaluate_saved
 
 WIDTHS = (0.125, 0.25, 0.5, 1.0)
 LABELS = {"split_mix": "Split-Mix", "heterofl": "HeteroFL", "sheterofl": "SHeteroFL", "fedavg": "FedAvg (individual)"}

@@ -34,11 +34,18 @@ import torch
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
+from fedveil.reproduce import verdicts as st
 from fedveil.runtime.run_dir import MODEL_FILE
 from fedveil.runtime.saved_model import evaluate_saved
 from fedveil.training.adversarial import PGD
-from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
+
 from .splitmix_digits import WIDTHS, digit_domains
 
 EPS, STEPS = 8 / 255, 7

@@ -25,9 +25,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedveil.config import validate
-from fedveil.runtime.saved_model import evaluate_saved
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    ReproductionContext,
+    ReproductionReport,
+    ResultRow,
+    run_once,
+)
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport, ResultRow, run_once
+from fedveil.runtime.saved_model import evaluate_saved
+
 from .splitmix_digits import WIDTHS, SplitMixStudy, run_config
 
 # name -> algorithm keys (budgets of equal groups, or log-normal)

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from fedveil_reproductions import adds_tables as at
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions import adds_tables as at
 
 torch.set_num_threads(1)
 

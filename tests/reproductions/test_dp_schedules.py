@@ -12,6 +12,9 @@ import pytest
 import torch
 from torch import nn
 
+from fedveil.privacy.dp_gd import DPGDParams, train_dp_gd
+from fedveil.privacy.schedules import PredefinedSchedule, uniform_sigmas
+from fedveil.privacy.zcdp import rho_from_epsilon_delta
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions.dp_schedules import (
     StudyConfig,
@@ -25,9 +28,6 @@ from fedveil_reproductions.dp_schedules import (
     train_eval,
     train_noiseless,
 )
-from fedveil.privacy.dp_gd import DPGDParams, train_dp_gd
-from fedveil.privacy.schedules import PredefinedSchedule, uniform_sigmas
-from fedveil.privacy.zcdp import rho_from_epsilon_delta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)

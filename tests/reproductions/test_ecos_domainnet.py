@@ -13,11 +13,10 @@ from dp_accounting import dp_event
 from dp_accounting.pld import PLDAccountant
 
 from fedveil.ecos.cloud_training import CloudSGD
-from fedveil.reproduce import REPRODUCTIONS, write_results
-from fedveil_reproductions import ecos_domainnet as ed
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil.reproduce import verdicts as st
-from fedveil.reproduce import ReproductionContext
 from fedveil.seeding import numpy_generator
+from fedveil_reproductions import ecos_domainnet as ed
 
 torch.set_num_threads(1)
 

@@ -10,9 +10,8 @@ import pytest
 import torch
 from dp_accounting.pld import pld_privacy_accountant
 
-from fedveil.reproduce import REPRODUCTIONS, write_results
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions import ecos_labelling as el
-from fedveil.reproduce import ReproductionContext
 
 torch.set_num_threads(1)
 Z_KNN = 1 / math.sqrt(25.0**-2 + 75.0**-2) / math.sqrt(2)  # one query: both noisy vectors, sensitivity sqrt 2

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedveil.reproduce import REPRODUCTIONS, write_results
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions import ecos_sweeps as es
-from fedveil.reproduce import ReproductionContext
 
 torch.set_num_threads(1)
 STUDY = es.SweepStudy(R_grid=[10, 100], s_grid=[1.0, 3.0], budgets=[20, 100], paper_budgets=[1000, 8000],

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from fedveil.ecos.pipeline import PRIVATE_METHODS
-from fedveil.reproduce import REPRODUCTIONS, write_results
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions import ecos_tables as et
-from fedveil.reproduce import ReproductionContext
 
 torch.set_num_threads(1)
 

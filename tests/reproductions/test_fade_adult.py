@@ -7,11 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from fedveil.reproduce import REPRODUCTIONS, write_results
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions.fade_adult import (
-    WEAK, AdultStudy, adult_study, claim_rows, diagnostic_rows, female_weight, run_config, run_study,
+    WEAK,
+    AdultStudy,
+    adult_study,
+    claim_rows,
+    diagnostic_rows,
+    female_weight,
+    run_config,
+    run_study,
 )
-from fedveil.reproduce import ReproductionContext
 
 WORKCLASSES = ["Private", "Self-emp-not-inc", "State-gov"]
 EDUCATION = [("HS-grad", 9), ("Bachelors", 13), ("Masters", 14)]

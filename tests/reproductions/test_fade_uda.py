@@ -3,10 +3,10 @@ the central-baseline equivalence with hand-written SGD, tiny studies end to end,
 configs of the protocol, accuracy scored by hand from ``model.pt`` and the method settings."""
 from __future__ import annotations
 
-import sys
 import gzip
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +16,14 @@ import torch.nn.functional as F
 
 from fedveil.config import validate
 from fedveil.data import DATASETS
-from fedveil_reproductions import fade_digits, fade_office, fade_uda
-from fedveil_reproductions.fade_digits import DigitsStudy
-from fedveil_reproductions.fade_office import OfficeStudy
-from fedveil.reproduce import ReproductionContext
 from fedveil.models.zoo import build_model
+from fedveil.reproduce import ReproductionContext
 from fedveil.runtime.recorder import MemoryRecorder
 from fedveil.runtime.run_dir import RunDirError
 from fedveil.runtime.simulation import Simulation
+from fedveil_reproductions import fade_digits, fade_office, fade_uda
+from fedveil_reproductions.fade_digits import DigitsStudy
+from fedveil_reproductions.fade_office import OfficeStudy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from mnist_idx_files import idx  # noqa: E402  (tests/data helper: tiny IDX files)

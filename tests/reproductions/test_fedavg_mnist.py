@@ -1,6 +1,6 @@
 """The FedAvg-MNIST reproduction's rounds-to-target and its list of departures from the paper."""
-from fedveil_reproductions.fedavg_mnist import _config, departures, rounds_to
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions.fedavg_mnist import _config, departures, rounds_to
 
 
 def test_rounds_to_target_is_the_first_round_at_or_above_it():

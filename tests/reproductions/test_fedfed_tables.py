@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedveil.config import validate
-from fedveil_reproductions import fedfed_tables as ft
 from fedveil.reproduce import ReproductionContext, write_results
+from fedveil_reproductions import fedfed_tables as ft
 
 torch.set_num_threads(1)
 

@@ -6,16 +6,29 @@ import math
 
 import pytest
 import torch
+from per_silo_reference import (
+    logistic_regression_accuracy,  # same folder (pytest puts it on sys.path)
+)
 
 from fedveil.config import validate
-from fedveil_reproductions.mrmtl_cifar import (
-    NOISE_CONTROL, PAPER_NOISE, SMALL_MLP, Arm, ArmResults, CifarPlan, cifar_study, cifar_task, ditto_rows, dp_cost_rows,
-    noise_cause_rows, noise_control_rows, noise_to_signal, run_plan,
-)
 from fedveil.reproduce import ReproductionContext
 from fedveil.runtime.simulation import Simulation
-
-from per_silo_reference import logistic_regression_accuracy  # same folder (pytest puts it on sys.path)
+from fedveil_reproductions.mrmtl_cifar import (
+    NOISE_CONTROL,
+    PAPER_NOISE,
+    SMALL_MLP,
+    Arm,
+    ArmResults,
+    CifarPlan,
+    cifar_study,
+    cifar_task,
+    ditto_rows,
+    dp_cost_rows,
+    noise_cause_rows,
+    noise_control_rows,
+    noise_to_signal,
+    run_plan,
+)
 
 
 def test_tiny_plan_runs_and_reports(tmp_path):

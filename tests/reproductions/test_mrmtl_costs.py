@@ -7,8 +7,13 @@ import math
 import pytest
 
 import fedveil_reproductions.mrmtl_costs as costs
-from fedveil_reproductions.mrmtl_costs import CostStudy, finetune_rows, overhead_rows, planned_noise
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions.mrmtl_costs import (
+    CostStudy,
+    finetune_rows,
+    overhead_rows,
+    planned_noise,
+)
 from fedveil_reproductions.silo_study import SiloStudy
 
 TINY = (3, 40, 60)

@@ -6,18 +6,33 @@ import json
 import math
 
 import torch
-
-from fedveil_reproductions.mrmtl_mnist import (
-    CONSTANT, DECAYED, MnistPlan, PersonalStepCheck, cluster_purity, diagnosis_rows, mnist_task, mr_mtl_optimal_row,
-    panel_a_rows, panel_study, personal_step_check, rotation_groups, run_assignments, run_plan, step_size_rows,
-    warm_decay_rows, warm_start_trend_row,
+from per_silo_reference import (
+    logistic_regression_accuracy,  # same folder (pytest puts it on sys.path)
 )
+from test_dp_schedules import write_fake_mnist
+
 from fedveil.config import validate
 from fedveil.reproduce import ReproductionContext
 from fedveil.runtime.dataset import build_dataset
-
-from per_silo_reference import logistic_regression_accuracy  # same folder (pytest puts it on sys.path)
-from test_dp_schedules import write_fake_mnist
+from fedveil_reproductions.mrmtl_mnist import (
+    CONSTANT,
+    DECAYED,
+    MnistPlan,
+    PersonalStepCheck,
+    cluster_purity,
+    diagnosis_rows,
+    mnist_task,
+    mr_mtl_optimal_row,
+    panel_a_rows,
+    panel_study,
+    personal_step_check,
+    rotation_groups,
+    run_assignments,
+    run_plan,
+    step_size_rows,
+    warm_decay_rows,
+    warm_start_trend_row,
+)
 
 
 def test_tiny_plan_runs_every_part_and_reports(tmp_path):
@@ -144,7 +159,11 @@ def test_diagnosis_verdicts_on_fixed_curves():
 
 
 def test_misses_are_explained_from_purity_and_scores():
-    from fedveil_reproductions.mrmtl_mnist import MnistResults, misses_explained, warm_labels
+    from fedveil_reproductions.mrmtl_mnist import (
+        MnistResults,
+        misses_explained,
+        warm_labels,
+    )
 
     study = panel_study([4.0, math.inf], [0.01, 0.1], ["local", "fedavg", "ifca", "ifca_mrmtl"], 50, [0, 1],
                         warm_lambdas=(0.1, 1.0))

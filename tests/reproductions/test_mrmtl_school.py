@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.io
 
-from fedveil_reproductions.mrmtl_school import report, school_task
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions.mrmtl_school import report, school_task
 from fedveil_reproductions.silo_study import SiloStudy, run_grid
 
 

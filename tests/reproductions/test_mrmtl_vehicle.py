@@ -2,11 +2,22 @@
 import json
 import math
 
-from fedveil_reproductions.mrmtl_vehicle import (
-    TauResults, TradeoffStudy, ablation_rows, endpoint_gap_rows, fedavg_wins_under_dp_rows, gain_over_endpoints, gain_vs_gap_row,
-    outside_label, plot, report, run_tau, tau_trend_rows, vehicle_task,
-)
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions.mrmtl_vehicle import (
+    TauResults,
+    TradeoffStudy,
+    ablation_rows,
+    endpoint_gap_rows,
+    fedavg_wins_under_dp_rows,
+    gain_over_endpoints,
+    gain_vs_gap_row,
+    outside_label,
+    plot,
+    report,
+    run_tau,
+    tau_trend_rows,
+    vehicle_task,
+)
 from fedveil_reproductions.silo_study import SiloStudy
 
 
@@ -102,8 +113,8 @@ def test_local_and_fedavg_without_dp_reach_an_independent_svm(tmp_path):
     from sklearn.svm import LinearSVC
 
     from fedveil.config import validate
-    from fedveil_reproductions.silo_study import run_grid
     from fedveil.runtime.simulation import Simulation
+    from fedveil_reproductions.silo_study import run_grid
 
     study = SiloStudy(epsilons=[math.inf], lambdas=[], baselines=["local", "fedavg"], seeds=[0], rounds=40, lr=0.1)
     for tau, method in ((1.0, "local"), (0.0, "fedavg")):

@@ -4,7 +4,13 @@ import math
 import pytest
 
 from fedveil_reproductions.silo_study import (
-    SiloStudy, SiloTask, beats_both_rows, best_lambda, example_privacy, lambda_trend_row, methods,
+    SiloStudy,
+    SiloTask,
+    beats_both_rows,
+    best_lambda,
+    example_privacy,
+    lambda_trend_row,
+    methods,
 )
 
 ACCURACY = SiloTask("toy", "accuracy", lambda *a: {})

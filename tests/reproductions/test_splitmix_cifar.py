@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 from fedveil.config import validate
-from fedveil_reproductions import splitmix_cifar as sc
 from fedveil.reproduce import ReproductionContext
-from fedveil_reproductions.splitmix_digits import WIDTHS, run_config
 from fedveil.runtime.simulation import Simulation
+from fedveil_reproductions import splitmix_cifar as sc
+from fedveil_reproductions.splitmix_digits import WIDTHS, run_config
 
 torch.set_num_threads(1)
 

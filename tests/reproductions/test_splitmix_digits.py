@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fedveil_reproductions import splitmix_digits as sm
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions import splitmix_digits as sm
 
 torch.set_num_threads(1)
 

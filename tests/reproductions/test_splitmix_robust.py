@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from fedveil_reproductions import splitmix_robust as rb
 from fedveil.reproduce import ReproductionContext
+from fedveil_reproductions import splitmix_robust as rb
 
 torch.set_num_threads(1)
 

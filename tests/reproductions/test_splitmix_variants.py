@@ -7,9 +7,9 @@ import torch
 
 from fedveil.algorithms.budgets import client_budgets
 from fedveil.config import validate
-from fedveil_reproductions import splitmix_variants as sb
 from fedveil.reproduce import ReproductionContext
 from fedveil.runtime.simulation import Simulation
+from fedveil_reproductions import splitmix_variants as sb
 
 torch.set_num_threads(1)
 

@@ -19,7 +19,13 @@ import pytest
 
 from fedveil.reproduce import verdicts as st
 from fedveil_reproductions.dp_schedules import claim_verdict, significance
-from fedveil_reproductions.silo_study import SiloStudy, SiloTask, beats_both_rows, gap_text, paired_gap
+from fedveil_reproductions.silo_study import (
+    SiloStudy,
+    SiloTask,
+    beats_both_rows,
+    gap_text,
+    paired_gap,
+)
 
 INSIDE = (0.0, 0.5, 1.0, 1.5, 1.9, 1.99, 2.0)  # at most 2 s.e.: within seed noise (2.0 * se is exact: a doubling)
 OUTSIDE = (2.01, 2.1, 2.5, 3.0, 4.0)  # beyond 2 s.e.

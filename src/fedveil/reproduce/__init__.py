@@ -1,6 +1,13 @@
 """Paper reproductions' shape, registry and results files (``fedveil reproduce``); the
 reproductions themselves live outside the library, in the ``fedveil_reproductions`` package."""
-from .plan import PlannedRun, Reproduction, ReproductionContext, Summaries, run_once, run_plan
+from .plan import (
+    PlannedRun,
+    Reproduction,
+    ReproductionContext,
+    Summaries,
+    run_once,
+    run_plan,
+)
 from .registry import REPRODUCTIONS, load_reproductions
 from .report import ReproductionReport, ResultRow, output_folder, write_results
 
