@@ -9,10 +9,12 @@ Params = dict[str, torch.Tensor]
 
 
 def clone(p: Params) -> Params:
+    """A detached copy of every tensor of ``p``."""
     return {k: v.detach().clone() for k, v in p.items()}
 
 
 def zeros_like(p: Params) -> Params:
+    """Zeros of the shape, dtype and device of every entry of ``p``."""
     return {k: torch.zeros_like(v) for k, v in p.items()}
 
 
@@ -27,6 +29,7 @@ def sub(a: Params, b: Params) -> Params:
 
 
 def scale(a: Params, s: float) -> Params:
+    """s * a."""
     return {k: s * v for k, v in a.items()}
 
 
@@ -118,4 +121,5 @@ def global_norm(p: Params) -> torch.Tensor:
 
 
 def dot(a: Params, b: Params) -> torch.Tensor:
+    """sum_k <a_k, b_k> over the entries of ``a``, in float64."""
     return sum((a[k].double() * b[k].double()).sum() for k in a)

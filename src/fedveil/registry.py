@@ -20,6 +20,8 @@ class UnknownNameError(KeyError):
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
+    """A registered component: its name, the object and its one-line description."""
+
     name: str
     obj: T
     description: str
@@ -33,6 +35,8 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
 
     def register(self, name: str, description: str = "") -> Callable[[T], T]:
+        """Decorator registering the object under ``name``, described by ``description``
+        or its docstring's first line; a name registered twice is a ValueError."""
         def decorate(obj: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
@@ -43,9 +47,11 @@ class Registry(Generic[T]):
         return decorate
 
     def get(self, name: str) -> T:
+        """The object registered under ``name`` (:meth:`entry`'s error when unknown)."""
         return self.entry(name).obj
 
     def entry(self, name: str) -> Entry[T]:
+        """The entry of ``name``; an :class:`UnknownNameError` listing the names (and the nearest one) when unknown."""
         if name not in self._entries:
             hint = difflib.get_close_matches(name, self._entries, n=1)
             did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
@@ -56,9 +62,11 @@ class Registry(Generic[T]):
         return self._entries[name]
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         return sorted(self._entries)
 
     def entries(self) -> list[Entry[T]]:
+        """Every entry, sorted by name."""
         return [self._entries[n] for n in self.names()]
 
     def __contains__(self, name: Any) -> bool:

@@ -23,8 +23,10 @@ def derive_seed(seed: int, *parts: int | str) -> int:
 
 
 def torch_generator(seed: int, *parts: int | str) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded for the stream ``parts`` under run seed ``seed`` (:func:`derive_seed`)."""
     return torch.Generator().manual_seed(derive_seed(seed, *parts))
 
 
 def numpy_generator(seed: int, *parts: int | str) -> np.random.Generator:
+    """A NumPy ``Generator`` seeded for the stream ``parts`` under run seed ``seed`` (:func:`derive_seed`)."""
     return np.random.default_rng(derive_seed(seed, *parts))

@@ -52,6 +52,8 @@ from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTa
 
 
 class ADDSParams(AlgorithmParams):
+    """Hyper-parameters of :class:`ADDS`: the eps schedule, keep ratios and their step, lam and the validation split."""
+
     sampling: bool = Field(True, description="false: keep every unit, no architecture step (FedAvg on the supernet)")
     eps0: float = Field(1.0, gt=0.0, description="sampling temperature ('inexactness') of round 0")
     eps_decay: float = Field(0.98, gt=0.0, le=1.0, description="eps_t = eps0 * eps_decay^t")
@@ -79,9 +81,11 @@ class ADDSLoss(Objective):
 
     @property
     def per_example_ok(self) -> bool:
+        """False: a step's masks and FC importances come from the whole batch."""
         return False  # the masks and FC importances of a step come from the whole batch
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """L_train + L_val: the mean loss of the weight rows plus that of the validation rows (Eq. 4-5)."""
         role = batch.groups[ROLE].bool()
         parts = [self.loss_fn(out[rows], batch.y[rows]) for rows in (~role, role) if rows.any()]
         return sum(parts)
@@ -169,6 +173,8 @@ class SubnetAggregation:
         self.num_units = sum(self.counts)
 
     def message(self, state: P.Params, keep: list[torch.Tensor], num_examples: int) -> dict[str, Any]:
+        """A client's upload: the kept entries of the weights (no
+        keep ratios), the index map ``keep`` and ``num_examples``."""
         weights = {k: v for k, v in state.items() if k != ALPHA}
         return {"subnet": sn.extract(weights, self.axes, keep), "index_map": torch.cat(keep), "num_examples": num_examples}
 
@@ -183,6 +189,7 @@ class SubnetAggregation:
         return P.masked_mean(params, values, masks, weights)
 
     def unit_mask_rows(self, keep: list[torch.Tensor], rows: int) -> torch.Tensor:
+        """The kept units ``keep`` as one float mask row per input, ``(rows, num_units)`` (the ``UNIT_MASK`` group)."""
         return torch.cat(keep).to(torch.get_default_dtype()).expand(rows, -1)
 
     def costs(self, state: P.Params, keep: list[torch.Tensor], message: dict[str, Any]) -> dict[str, float]:
@@ -233,6 +240,8 @@ class ADDS(Algorithm):
         self.lams: dict[int, float] = {}
 
     def lam_of(self, client_id: int, train: ArrayDataset) -> float:
+        """Client ``client_id``'s regulariser weight lam_i:
+        ``lam`` if set, else from its label skew (§4.1.4), cached."""
         if self.hp.lam is not None:
             return self.hp.lam
         if client_id not in self.lams:
@@ -249,6 +258,8 @@ class ADDS(Algorithm):
         return data.subset(order[n_val:]), data.subset(order[:n_val])
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Alg. 1 lines 10-17: split the rows, train weights and keep ratios from ``alpha_init``,
+        upload the top units' subnet; ``sampling = False`` trains and uploads the whole supernet."""
         model, params, trainer = self.subnets.model, server_state["params"], task.trainer
         extra: dict[str, float] = {}
         if not self.hp.sampling:
@@ -277,6 +288,8 @@ class ADDS(Algorithm):
         return ClientResult(message=message, stats=stats, extra_metrics=extra)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Eq. 19: each entry the mean over the subnets that hold
+        it (others unchanged); an empty cohort changes nothing."""
         if not results:
             return server_state
         params = self.subnets.aggregate(server_state["params"], [m for _, m in results], self.hp.weighting)

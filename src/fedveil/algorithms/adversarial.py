@@ -23,6 +23,9 @@ from ..training.request import Objective
 
 
 class AdversarialParams(BaseModel):
+    """``[algorithm.adversarial]``: the PGD attack, the adversarial
+    loss weight lambda_n (Eq. 4.1) and the OAT lambdas."""
+
     model_config = ConfigDict(extra="forbid")
 
     lam: float = Field(0.5, ge=0.0, le=1.0, description="lambda_n of Eq. 4.1: weight of the adversarial loss (0.5 with dual BN)")
@@ -47,6 +50,7 @@ class AdversarialParams(BaseModel):
         return value
 
     def attack(self) -> PGD:
+        """The PGD attack these settings describe."""
         return PGD(self.eps, self.steps, self.step_size, self.random_start)
 
 
@@ -67,6 +71,8 @@ class AdversarialRequests:
         self._lock = threading.Lock()
 
     def request(self, net: nn.Module, inner: Objective) -> dict[str, Any]:
+        """The ``trainer.train`` keyword arguments that train ``net`` adversarially around
+        the objective ``inner``; the clean / adversarial pair is built once per network."""
         oat = self.params.oat_lams
         with self._lock:
             pair = self._pairs.get(id(net))

@@ -140,6 +140,7 @@ class Algorithm:
         self.ctx = ctx
 
     def init_server(self, initial: Params) -> State:
+        """The server state of round 0 from the initial model ``initial``; default ``{"params": initial}``."""
         return {"params": initial}
 
     def init_client(self, client_id: int, server_state: State) -> State | None:
@@ -179,9 +180,11 @@ class Algorithm:
         return server_state
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Client ``task.client_id``'s work in round ``task.round``: its message for the server, new state and stats."""
         raise NotImplementedError
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """The server state after round ``round_idx`` from the ``(client_id, message)`` pairs of its cohort."""
         raise NotImplementedError
 
     def planned_releases(
@@ -193,6 +196,7 @@ class Algorithm:
         return {}
 
     def global_params(self, server_state: State) -> Params:
+        """The shared model of ``server_state`` that global metrics evaluate (default its ``params``)."""
         return server_state["params"]
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> Params:

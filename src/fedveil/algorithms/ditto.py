@@ -24,6 +24,8 @@ from .mean_regularized import regulariser
 
 
 class DittoParams(FedAvgParams):
+    """FedAvg's settings plus Ditto's pull lambda of the personal models and where its gradient is clipped."""
+
     lam: float = Field(0.1, ge=0.0, description="strength lambda of the personal models' pull towards the global model")
     reg_in_clip: bool = Field(True, description="under DP-SGD clip the regulariser gradient with each example's ([C1])")
 
@@ -38,9 +40,12 @@ class Ditto(FedAvg):
     trainings_per_round = 2
 
     def init_client(self, client_id: int, server_state: State) -> State:
+        """The personal model v_k, a copy of the global model of the silo's first round."""
         return {"personal": P.clone(server_state["params"])}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """FedAvg's update of w_bar, then a second training of v_k with
+        the pull lambda (v - w_bar) towards the round's global model."""
         result = super().client_update(server_state, client_state, task)
         hook = regulariser(self.hp.lam, server_state["params"], self.hp.reg_in_clip)
         personal, _ = task.trainer.train(
@@ -49,6 +54,7 @@ class Ditto(FedAvg):
         return ClientResult(message=result.message, state={"personal": personal}, stats=result.stats)
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The silo's v_k; the global model for a silo that never trained."""
         if client_state is None:
             return server_state["params"]
         return client_state["personal"]

@@ -65,6 +65,9 @@ PSEUDO_KEY = "shot_pseudo_label"
 
 
 class FadeParams(AlgorithmParams):
+    """FADE's settings: group key, server momentum beta, the lambda schedule,
+    adversarial loss, opt-outs, SHOT options and the divergence guard."""
+
     group_key: str = Field("sex", min_length=1, description="per-row group of the data that D predicts (sensitive attribute or domain)")
     beta: float = Field(0.5, gt=0.0, le=1.0, description="server momentum beta of Alg. 3.2 (1 = FedAvg)")
     weighting: Literal["samples", "uniform"] = Field("samples", description="user weights n_i / N or uniform")
@@ -103,10 +106,12 @@ class FadeObjective(Objective):
 
     @property
     def per_example_ok(self) -> bool:  # type: ignore[override]
+        """False when a term couples the batch's rows (squared loss, entropy weights, IM), so DP-SGD refuses it."""
         couples = self.adversarial and (self.adversarial_loss == "squared" or self.entropy_weights)
         return not couples and not (not self.labelled and self.im_weight > 0)
 
     def mean(self, out: tuple[torch.Tensor, torch.Tensor], batch: Batch) -> torch.Tensor:
+        """Task CE (or SHOT IM / pseudo-label CE for unlabelled users) plus, for a player, :meth:`adversarial_term`."""
         logits, group_logits = out
         loss = logits.sum() * 0.0
         if self.labelled:
@@ -121,6 +126,8 @@ class FadeObjective(Objective):
         return loss
 
     def adversarial_term(self, logits: torch.Tensor, group_logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """D's loss on the own group: vanilla CE (Eq. 3.3), power ``CE^q / q``
+        (Eq. 3.7) or squared ``mean^2 / 2`` (Eq. 3.6), entropy-weighted when set."""
         ce = F.cross_entropy(group_logits, batch.groups[self.group_key].long(), reduction="none")
         if self.adversarial_loss == "power":
             ce = ce**self.q / self.q
@@ -214,9 +221,11 @@ class Fade(FedAvg):
         return labelled + unlabelled
 
     def init_server(self, initial: P.Params) -> State:
+        """The initial model and ``lambda_off_round = -1`` (no divergence-guard reset pending)."""
         return {"params": initial, "lambda_off_round": -1}
 
     def lambda_of(self, server_state: State, round_idx: int) -> float:
+        """lambda_t of round ``round_idx`` (:func:`lambda_at`); 0 in the round after a divergence-guard reset."""
         if server_state.get("lambda_off_round") == round_idx:  # the round after a divergence guard reset
             return 0.0
         return lambda_at(round_idx, self.ctx.rounds, self.hp.lam, self.hp.lam_schedule, self.hp.warmup_rounds)
@@ -231,6 +240,7 @@ class Fade(FedAvg):
         return bool(torch.rand((), generator=draw, device=draw.device) >= self.hp.opt_out)
 
     def objective(self, client_id: int, plays: bool) -> FadeObjective:
+        """The :class:`FadeObjective` of user ``client_id``: labelled or not, and with D's term if it ``plays``."""
         hp = self.hp
         return FadeObjective(
             hp.group_key, labelled=client_id not in hp.unlabelled_clients, adversarial=plays,
@@ -255,6 +265,8 @@ class Fade(FedAvg):
             )
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Alg. 3.1: train with lambda_t in the reversal layer (D frozen when the user opts out;
+        SHOT for unlabelled users), send the delta and, outside DP, the group loss the guard reads."""
         self.check_groups(task)
         plays = self.plays(task.client_id, task.round)
         start = dict(server_state["params"])
@@ -303,6 +315,8 @@ class Fade(FedAvg):
         return {**server_state, "params": {**params, **P.add(self.trained(params), mean_delta, self.hp.beta)}}
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """FedAvg with server step beta (Alg. 3.2); a reported group loss
+        above ``guard`` re-initialises D and turns lambda off next round."""
         state = super().aggregate(server_state, results, round_idx)
         losses = [m["group_loss"] for _, m in results if "group_loss" in m]
         if self.hp.guard is not None and losses and max(losses) > self.hp.guard:

@@ -17,6 +17,8 @@ from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTa
 
 
 class FedAvgParams(AlgorithmParams):
+    """FedAvg's settings: weighting, server step, optional adversarial training and the buffers' treatment (FedBN)."""
+
     weighting: Literal["samples", "uniform"] = Field(
         "samples", description="average weighted by client training-set size, or uniformly"
     )
@@ -70,6 +72,8 @@ class FedAvg(Algorithm):
         return task.data.train
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Local SGD from the global model (adversarially if set); sends the delta,
+        ``num_examples`` and ``steps``, keeping buffers local under ``buffers = "local"``."""
         start = self._with_own_buffers(server_state["params"], client_state)
         hook = self.grad_hook(server_state, client_state)
         rows = self.training_rows(server_state, task)
@@ -97,6 +101,7 @@ class FedAvg(Algorithm):
         return self._with_own_buffers(server_state["params"], client_state)
 
     def weights(self, messages: list[dict[str, Any]]) -> list[float]:
+        """The averaging weights p_k of ``messages``: their ``num_examples``, or all 1 with uniform weighting."""
         if self.hp.weighting == "uniform":
             return [1.0] * len(messages)
         return [float(m["num_examples"]) for m in messages]
@@ -112,6 +117,7 @@ class FedAvg(Algorithm):
         return {k: v for k, v in params.items() if k not in self.buffer_keys}
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """The weighted mean delta through :meth:`server_update`; averaged buffers are added without the server step."""
         if not results:  # an empty Poisson cohort leaves the model unchanged
             return server_state
         messages = [m for _, m in results]

@@ -18,6 +18,8 @@ from .fedavg import FedAvg, FedAvgParams
 
 
 class FedAvgThenLocalParams(FedAvgParams):
+    """FedAvg's settings plus the fraction of rounds trained with FedAvg before the local phase."""
+
     switch_fraction: float = Field(0.5, ge=0.0, le=1.0, description="fraction of rounds trained with FedAvg before local training")
 
 
@@ -31,9 +33,11 @@ class FedAvgThenLocal(FedAvg):
 
     @property
     def switch_round(self) -> int:
+        """R_g = floor(``switch_fraction`` x rounds), the first round of local training."""
         return math.floor(self.hp.switch_fraction * self.ctx.rounds)
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """FedAvg's update before :attr:`switch_round`; then local SGD on the silo's own copy, sending nothing."""
         if task.round < self.switch_round:
             return super().client_update(server_state, client_state, task)
         start = server_state["params"] if client_state is None else client_state["params"]
@@ -41,9 +45,11 @@ class FedAvgThenLocal(FedAvg):
         return ClientResult(message={}, state={"params": new}, stats=stats)
 
     def aggregate(self, server_state, results, round_idx: int) -> State:
+        """FedAvg's aggregation before :attr:`switch_round`; afterwards the server state stays as it is."""
         if round_idx >= self.switch_round:
             return server_state
         return super().aggregate(server_state, results, round_idx)
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The silo's locally trained model; the global model if it has none yet."""
         return server_state["params"] if client_state is None else client_state["params"]

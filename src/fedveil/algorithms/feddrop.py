@@ -32,6 +32,8 @@ from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTa
 
 
 class FedDropParams(AlgorithmParams):
+    """Federated Dropout's settings: the kept share of each layer's units and the weighting of the per-entry mean."""
+
     keep: float = Field(0.75, gt=0.0, le=1.0, description="share of each layer's units in the round's sub-model")
     weighting: Literal["samples", "uniform"] = Field("samples", description="per-entry mean weighted by n_i, or uniform")
 
@@ -51,6 +53,8 @@ class FedDrop(Algorithm):
         self.subnets = SubnetAggregation(ctx, "feddrop")
 
     def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
+        """Draws the round's sub-model from the run seed:
+        ``round(keep C_k)`` random units per layer, as ``index_map``."""
         rng = numpy_generator(self.ctx.seed, "feddrop", round_idx)
         device = server_state["params"][ALPHA].device
         keep = []
@@ -62,6 +66,7 @@ class FedDrop(Algorithm):
         return {**server_state, "index_map": torch.cat(keep)}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Trains the round's sub-model (dropped units zeroed and frozen by ``param_mask``) and uploads its entries."""
         keep = sn.split_index_map(server_state["index_map"], self.subnets.counts)
         params = server_state["params"]
         masks = {n: sn.element_mask(params[n].shape, axes, keep).to(params[n].dtype) for n, axes in self.subnets.axes.items()}
@@ -74,6 +79,7 @@ class FedDrop(Algorithm):
         return ClientResult(message=message, stats=stats, extra_metrics=extra)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Eq. 19's per-entry mean of the sub-models into the supernet; drops the round's ``index_map``."""
         state = {k: v for k, v in server_state.items() if k != "index_map"}
         if not results:
             return state

@@ -62,6 +62,8 @@ from .scaffold import Scaffold, ScaffoldParams
 
 
 class DistillationParams(FedAvgParams):
+    """FedAvg's settings plus the weights of the four terms of the distillation loss."""
+
     recon: float = Field(5.0, ge=0.0, description="weight of MSE(x_r, x), the robust part's reconstruction (code: re)")
     ce_shared: float = Field(2.0, ge=0.0, description="weight of CE(f(x_s + sigma n), y), Eq. 9 (code: ce)")
     kl: float = Field(0.005, ge=0.0, description="weight of the VAE's KL term (code: kl)")
@@ -80,6 +82,7 @@ class DistillationLoss(Objective):
     ce_raw: float
 
     def mean(self, out: tuple, batch: Batch) -> torch.Tensor:
+        """recon MSE(x_r, x) + ce_shared CE(f(x_s + sigma n), y) + kl KL + ce_raw CE(f(x), y) for the batch."""
         logits_x, logits_s, x_r, mu, logvar = out
         kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).mean()
         return (self.recon * F.mse_loss(x_r, batch.x) + self.ce_shared * self.loss_fn(logits_s, batch.y)
@@ -122,6 +125,7 @@ class FedFedDistill(FedAvg):
     }
 
     def request_options(self, task: ClientTask) -> dict[str, Any]:
+        """The distillation loss and the reparameterisation and noise draws (:class:`DistillationDraws`)."""
         return {"objective": self.objective, "input_fn": self.draws}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
@@ -167,6 +171,8 @@ def release_features(model: torch.nn.Module, state: Params, data: ArrayDataset, 
 
 
 class SharedFeatureParams(AlgorithmParams):
+    """Phase 2's settings: the phase-1 run whose generator splits the features, and the release noise sigma."""
+
     distiller: str = Field(
         ..., description="directory of the finished phase-1 run (algorithm fedfed_distill) whose generator splits the features"
     )
@@ -245,9 +251,12 @@ class SharedFeatures:
         self.max_norm = math.sqrt(math.prod(ctx.input_shape))  # ||x|| <= sqrt(d) for pixels in [0, 1]
 
     def planned_setup_releases(self, client_id: int, num_train: int) -> list[Release]:
+        """The per-record feature release of each client (:func:`~fedveil.privacy.feature_release.feature_releases`)."""
         return feature_releases(self.hp.sigma, self.distiller.rho, self.max_norm)
 
     def client_setup(self, client_id: int, data: ClientData, generator: torch.Generator) -> SetupResult:
+        """Releases the client's rows' features x_s + sigma n
+        (:func:`release_features`) with their labels; inputs must lie in [0, 1]."""
         x = data.train.x
         if float(x.min()) < 0.0 or float(x.max()) > 1.0:
             raise ConfigError(
@@ -259,16 +268,19 @@ class SharedFeatures:
         return SetupResult({"x": shared.x, "y": shared.y}, self.planned_setup_releases(client_id, len(data.train)))
 
     def finish_setup(self, server_state: State, contributions: list[tuple[int, Any]]) -> State:
+        """Pools every client's released features and labels in the server state's ``shared``."""
         pool = {key: torch.cat([c[key] for _, c in contributions]) for key in ("x", "y")}
         return {**server_state, "shared": pool}
 
     def training_rows(self, server_state: State, task: ClientTask) -> ArrayDataset:
+        """The client's own rows followed by a class-balanced draw of as many pooled rows (:func:`balanced_draw`)."""
         own = task.data.train
         pool = server_state["shared"]
         index = balanced_draw(pool["y"], len(own), self.ctx.num_classes, task.generator)
         return ArrayDataset.concat([own, ArrayDataset(pool["x"][index], pool["y"][index])])
 
     def request_options(self, task: ClientTask) -> dict[str, Any]:
+        """The base algorithm's options plus ``private_rows``: only the own rows count for DP-SGD and the epochs."""
         return {**super().request_options(task), "private_rows": task.data.num_train}
 
 

@@ -36,6 +36,7 @@ class FedNova(FedAvg):
     secure_summable = False
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """w + eta_s tau_eff sum_i p_i Delta_i / a_i: each update normalised by its step weight a_i."""
         if not results:
             return server_state
         messages = [m for _, m in results]

@@ -15,6 +15,8 @@ from .base import ALGORITHMS, State
 from .fedavg import FedAvg, FedAvgParams
 
 class FedProxParams(FedAvgParams):
+    """FedAvg's settings plus the proximal strength mu (Eq. 2)."""
+
     mu: float = Field(0.01, ge=0.0, description="proximal strength mu (0 = FedAvg)")
 
 

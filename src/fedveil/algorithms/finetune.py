@@ -17,6 +17,8 @@ from .fedavg import FedAvg, FedAvgParams
 
 
 class FedAvgFTParams(FedAvgParams):
+    """FedAvg's settings plus the fine-tuning epochs and learning rate of the personal models."""
+
     finetune_epochs: int = Field(1, ge=0, description="local fine-tuning epochs (0 = personal model is the global one)")
     finetune_lr: float | None = Field(None, gt=0.0, description="fine-tuning learning rate (default: the client lr)")
 
@@ -30,6 +32,7 @@ class FedAvgFT(FedAvg):
     supports_example_dp = False  # fine-tuning at evaluation is not planned in the privacy budget yet
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The current global model fine-tuned for ``finetune_epochs`` on the client's training rows (no DP)."""
         start = self.global_params(server_state)
         if self.hp.finetune_epochs == 0:
             return start

@@ -56,6 +56,7 @@ class Slimmable(nn.Module):
         self._narrower = narrower  # a plain list: their own tensors are never used
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, W, C)``: the logits of each narrower width on the leading blocks, then of the widest net."""
         if not self._narrower:  # HeteroFL: a plain forward, which the stacked engine can trace
             return self.net(x).unsqueeze(1)
         state = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
@@ -63,6 +64,7 @@ class Slimmable(nn.Module):
         return torch.stack([*outs, self.net(x)], dim=1)
 
     def train(self, mode: bool = True) -> "Slimmable":
+        """Sets the mode of the narrower nets as well as of this module."""
         for net in self._narrower:
             net.train(mode)
         return super().train(mode)
@@ -91,6 +93,7 @@ class HeteroFL(Algorithm):
 
     @property
     def name(self) -> str:
+        """``"sheterofl"`` or ``"heterofl"``, as errors name the algorithm."""
         return "sheterofl" if self.slimmable else "heterofl"
 
     def _net(self, width: float) -> nn.Module:
@@ -121,6 +124,8 @@ class HeteroFL(Algorithm):
 
     # ------------------------------------------------------------------ server
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Entry by entry, the weighted mean of the updates whose
+        sub-model covers it (:func:`~fedveil.params.corner_mean`)."""
         if not results:
             return server_state
         messages = [m for _, m in results]
@@ -129,6 +134,8 @@ class HeteroFL(Algorithm):
 
     # ------------------------------------------------------------------ client
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Trains the leading blocks of the client's budget width
+        (SHeteroFL: every width up to it) and sends their delta."""
         budget = self.budgets[task.client_id]
         trainee = self.trainees[budget]
         start = {f"net.{n}": v for n, v in sliced(server_state["params"], trainee.net).items()}
@@ -142,6 +149,7 @@ class HeteroFL(Algorithm):
 
     # ------------------------------------------------------------------ test time
     def predict(self, model: nn.Module, state: P.Params, x: torch.Tensor) -> torch.Tensor:
+        """The whole model's logits, or the ``test_width`` sub-model's when set."""
         if self.hp.test_width is None:  # the whole model
             return forward(model, state, x)
         return self.predict_at(state, x, self.hp.test_width)
@@ -152,6 +160,7 @@ class HeteroFL(Algorithm):
         return forward(net, sliced(state, net), x)
 
     def model_at(self, width: float) -> nn.Module:
+        """The architecture of the width-``width`` sub-model, built once and cached."""
         if width not in self.nets:
             self.nets[width] = self._net(width)
         return self.nets[width]

@@ -41,6 +41,9 @@ from .mean_regularized import regulariser, sample_weight
 
 
 class IFCAParams(AlgorithmParams):
+    """IFCA's settings: clusters G, the selection and cluster-FedAvg
+    phases, MR-MTL's lambda and the selection budget."""
+
     clusters: int = Field(3, ge=1, description="number of cluster models G")
     select_fraction: float = Field(0.1, gt=0.0, le=1.0, description="fraction of rounds in which silos (re)choose a cluster")
     fedavg_fraction: float = Field(1.0, ge=0.0, le=1.0, description="fraction of rounds that train the cluster model itself")
@@ -75,13 +78,16 @@ class IFCA(Algorithm):
 
     @property
     def selection_rounds(self) -> int:
+        """N_sel = floor(``select_fraction`` x R), at least 1: the rounds in which silos choose a cluster."""
         return max(1, math.floor(self.hp.select_fraction * self.ctx.rounds))
 
     @property
     def fedavg_rounds(self) -> int:
+        """N_fed = floor(``fedavg_fraction`` x R): the rounds that train the cluster models themselves."""
         return math.floor(self.hp.fedavg_fraction * self.ctx.rounds)
 
     def init_server(self, initial: P.Params) -> State:
+        """G centroids, each initialised on the CPU from its own seed, beside the initial model."""
         centroids = []
         for g in range(self.hp.clusters):
             model = self.ctx.model_factory("cpu")  # drawn on the CPU: the same centroids on any device
@@ -98,6 +104,7 @@ class IFCA(Algorithm):
         return round_idx < self.selection_rounds or client_state is None
 
     def selection_epsilon(self, budget: float | None) -> float:
+        """eps_sel = ``selection_budget_fraction`` x the silo's epsilon; a ConfigError without one."""
         if budget is None:
             raise ConfigError("privacy: private IFCA selection needs privacy.epsilon (eps_sel is a share of it)")
         return self.hp.selection_budget_fraction * budget
@@ -105,6 +112,7 @@ class IFCA(Algorithm):
     def planned_releases(
         self, client_id: int, num_train: int, budget: float | None, rounds: list[int]
     ) -> dict[int, list[Release]]:
+        """One report-noisy-max release per selecting round (and at a first participation after the selection phase)."""
         selecting = [r for r in rounds if r < self.selection_rounds]
         if rounds and rounds[0] >= self.selection_rounds:
             selecting.append(rounds[0])  # first seen after the selection phase: chooses once
@@ -125,11 +133,15 @@ class IFCA(Algorithm):
         return torch.stack(out)
 
     def sensitivity(self, n: int) -> float:
+        """Sensitivity of a score over ``n`` rows: 1/(n - 1) for
+        the error rate (eq. B.1), loss_clip / n for regression."""
         if self.ctx.task == "classification":
             return 1.0 / max(n - 1, 1)
         return self.hp.loss_clip / n
 
     def choose(self, centroids: dict[int, P.Params], task: ClientTask) -> tuple[int, list[Release]]:
+        """The centroid with the lowest score, under DP by
+        report-noisy-max with Gumbel noise (eq. 1.5), and its releases."""
         scores = self.scores(centroids, task)
         if task.dp is None:
             return int(scores.argmin()), []
@@ -140,6 +152,8 @@ class IFCA(Algorithm):
 
     # ------------------------------------------------------------------ training
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Chooses a cluster (while selecting), then trains its centroid (cluster-FedAvg)
+        or the own model towards it (MR-MTL); sends the delta, cluster and weight."""
         centroids = server_state["centroids"]
         releases: list[Release] = []
         if self._selects(task.round, client_state):
@@ -158,6 +172,8 @@ class IFCA(Algorithm):
                             extra_metrics={f"cluster_{g}_share": float(cluster == g) for g in range(self.hp.clusters)})
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Moves each centroid by the weighted mean of its members'
+        deltas (eq. C.1/C.2); centroids without members stay."""
         centroids = dict(server_state["centroids"])
         for g in range(len(centroids)):
             members = [m for _, m in results if m["cluster"] == g]
@@ -167,6 +183,7 @@ class IFCA(Algorithm):
         return {**server_state, "centroids": centroids}
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The silo's own model; its centroid if training ends in cluster-FedAvg; centroid 0 if it never trained."""
         if client_state is None:
             return server_state["centroids"][0]
         if self.ctx.rounds <= self.fedavg_rounds:  # still cluster-FedAvg at the end: the member's centroid

@@ -24,16 +24,20 @@ class Local(Algorithm):
     has_global_model = False
 
     def init_client(self, client_id: int, server_state: State) -> State:
+        """The client's own model, a copy of the initial model."""
         return {"params": P.clone(server_state["params"])}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Local SGD on the client's own model; the message is empty."""
         new, stats = task.trainer.train(
             client_state["params"], task.data.train, task.generator, task.round, dp=task.dp
         )
         return ClientResult(message={}, state={"params": new}, stats=stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Nothing to aggregate: the server state stays as it is."""
         return server_state
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The client's own model."""
         return client_state["params"]

@@ -45,6 +45,9 @@ from .base import ALGORITHMS, Algorithm, AlgorithmParams, ClientResult, ClientTa
 
 
 class MRMTLParams(AlgorithmParams):
+    """MR-MTL's settings: lambda, the weights p_k of the mean, server
+    or peer aggregation, and where lambda's gradient is clipped."""
+
     lam: float = Field(0.001, ge=0.0, description="mean-regularisation strength lambda (0 = local training)")
     weighting: Literal["samples", "uniform"] = Field(
         "samples", description="weights p_k of the mean model: training-set sizes or uniform"
@@ -63,6 +66,7 @@ def regulariser(lam: float, anchor: P.Params, clipped: bool) -> AffineGradTerm |
 
 
 def sample_weight(weighting: str, num_examples: int) -> float:
+    """A silo's weight p_k (unnormalised): its row count under ``"samples"``, else 1."""
     return float(num_examples) if weighting == "samples" else 1.0
 
 
@@ -74,12 +78,15 @@ class MRMTL(Algorithm):
     has_personal_models = True
 
     def init_server(self, initial: P.Params) -> State:
+        """The mean w_bar (the initial model) and ``seen``, the weights of the silos that have trained."""
         return {"params": initial, "seen": {}}  # seen: silo -> its weight p_k, once it has trained
 
     def init_client(self, client_id: int, server_state: State) -> State:
+        """The personal model w_k, a copy of the current mean w_bar."""
         return {"params": P.clone(server_state["params"])}  # the current mean (round 0: identical, [C1])
 
     def configure_round(self, server_state: State, cohort: list[int], round_idx: int) -> State:
+        """Unchanged state; ``aggregator = "peer"`` refuses a round without every silo."""
         if self.hp.aggregator == "peer" and len(cohort) < self.ctx.num_clients:
             raise ConfigError(
                 f"algorithm.aggregator = 'peer' needs every silo in every round (round {round_idx} has "
@@ -93,6 +100,8 @@ class MRMTL(Algorithm):
         return {k: v for k, v in server_state.items() if k != "seen"}
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Local (DP-)SGD on h_k, the pull lambda (w_k - w_bar) as
+        gradient term; sends the delta (peer: the model) and the weight."""
         start = client_state["params"]
         hook = regulariser(self.hp.lam, server_state["params"], self.hp.reg_in_clip)
         new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp)
@@ -104,6 +113,8 @@ class MRMTL(Algorithm):
         return ClientResult(message=message, state={"params": new}, stats=stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """w_bar moved by the cohort's weighted mean delta times
+        its share of the seen silos' weight (peer: the mean model)."""
         if not results:
             return server_state
         messages = [m for _, m in results]
@@ -116,6 +127,7 @@ class MRMTL(Algorithm):
         return {**server_state, "params": P.add(server_state["params"], mean_delta, share), "seen": seen}
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The silo's w_k; the current mean for a silo that never trained."""
         if client_state is None:  # never sampled: still the common initial model
             return server_state["params"]
         return client_state["params"]

@@ -27,6 +27,8 @@ EIGEN_FLOOR = 1e-8
 
 
 class MochaParams(AlgorithmParams):
+    """MOCHA's settings: lambda of the task-relationship regulariser, l2, and where its gradient is clipped."""
+
     lam: float = Field(0.001, ge=0.0, description="strength lambda of the task-relationship regulariser")
     l2: float = Field(0.0, ge=0.0, description="l2 regularisation of each silo's model")
     reg_in_clip: bool = Field(True, description="under DP-SGD clip the regulariser gradient with each example's ([C1])")
@@ -51,11 +53,14 @@ class Mocha(Algorithm):
     has_global_model = False
 
     def init_server(self, initial: P.Params) -> State:
+        """Every silo's model a copy of the initial model, and Sigma = I / K."""
         k = self.ctx.num_clients
         models = {cid: P.clone(initial) for cid in range(k)}
         return {"params": initial, "models": models, "sigma": torch.eye(k, dtype=torch.float64, device=self.ctx.device) / k}
 
     def grad_hook(self, server_state: State, client_id: int) -> AffineGradTerm:
+        """Row k's regulariser gradient (lambda Sigma_kk + l2) w
+        + lambda sum_{j != k} Sigma_kj w_j, as an affine term."""
         sigma, models = server_state["sigma"], server_state["models"]
         lam = self.hp.lam
         coupling = P.zeros_like(models[client_id])
@@ -66,12 +71,14 @@ class Mocha(Algorithm):
         return AffineGradTerm(scale, coupling, clipped=self.hp.reg_in_clip)
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Local (DP-)SGD on the silo's model with :meth:`grad_hook`; sends the trained model."""
         start = server_state["models"][task.client_id]
         hook = self.grad_hook(server_state, task.client_id)
         new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, hook, dp=task.dp)
         return ClientResult(message={"params": new}, stats=stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Stores the received models and re-estimates Sigma from all of them (:func:`task_covariance`)."""
         if not results:
             return server_state
         models = dict(server_state["models"])
@@ -81,4 +88,5 @@ class Mocha(Algorithm):
         return {**server_state, "models": models, "sigma": task_covariance(ordered)}
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The silo's model as the server holds it."""
         return server_state["models"][task.client_id]

@@ -64,6 +64,8 @@ INNER_SHUFFLE_SEED = 0  # the stream that orders the rows of each inner full bat
 
 
 class PFedMeParams(AlgorithmParams):
+    """pFedMe's settings: lambda, the K inner steps and their step size, the server mix beta and the weighting."""
+
     lam: float = Field(15.0, gt=0.0, description="lambda_p: pull of the personal model theta_i towards the local model w_i")
     inner_steps: int = Field(5, ge=1, description="K: gradient steps solving the personal problem on each batch")
     personal_lr: float = Field(0.01, gt=0.0, description="step size of the K inner steps")
@@ -102,6 +104,8 @@ class PFedMe(Algorithm):
         return LocalTrainer(trainer.model, trainer.loss_fn, config, trainer.total_rounds)
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Per batch, K inner steps for theta_i, then w_i <- w_i -
+        eta lambda (w_i - theta_i); sends w_i - w and keeps theta_i."""
         if task.dp is not None:
             raise ConfigError("privacy.level: pfedme does not support example-level DP (its K inner steps reuse one "
                               "sampled batch, which per-step DP-SGD accounting would understate)")
@@ -126,6 +130,7 @@ class PFedMe(Algorithm):
         return ClientResult(message=message, state={"personal": theta}, stats=stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """w + beta x the weighted mean of w_i - w for parameters; buffers take the plain mean."""
         if not results:  # an empty Poisson cohort leaves the model unchanged
             return server_state
         messages = [m for _, m in results]
@@ -136,6 +141,7 @@ class PFedMe(Algorithm):
         return {**server_state, "params": {**params, **new}}
 
     def personal_params(self, server_state: State, client_state: State | None, task: ClientTask) -> P.Params:
+        """The client's last theta_i; the global model for a client that never trained."""
         if client_state is None:  # never sampled: the global model
             return server_state["params"]
         return client_state["personal"]

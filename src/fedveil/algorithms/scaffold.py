@@ -25,6 +25,8 @@ from .base import ALGORITHMS, AlgorithmParams, ClientResult, ClientTask, State
 from .fedavg import FedAvg
 
 class ScaffoldParams(AlgorithmParams):
+    """SCAFFOLD's settings: the global step eta_g."""
+
     server_lr: float = Field(1.0, gt=0.0, description="global step eta_g on the averaged update")
 
 
@@ -37,16 +39,20 @@ class Scaffold(FedAvg):
     secure_summable = False  # the control variates are averaged too
 
     def init_server(self, initial: P.Params) -> State:
+        """The initial model x and a zero server control variate c."""
         return {"params": initial, "control": P.zeros_like(initial)}
 
     def init_client(self, client_id: int, server_state: State) -> State:
+        """A zero client control variate c_i."""
         return {"control": P.zeros_like(server_state["params"])}
 
     def grad_hook(self, server_state: State, client_state: State | None) -> GradHook:
+        """The correction c - c_i added to every local gradient."""
         correction = P.sub(server_state["control"], client_state["control"])  # c - c_i
         return AffineGradTerm(0.0, correction)
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """FedAvg's update, then c_i+ = c_i - c + (x - y_i) / (K eta_l) (option II); sends Delta c_i too."""
         result = super().client_update(server_state, client_state, task)
         c, c_i, delta = server_state["control"], client_state["control"], result.message["delta"]
         step = result.message["steps"] * task.trainer.lr_at(task.round)  # K eta_l
@@ -55,6 +61,7 @@ class Scaffold(FedAvg):
         return ClientResult(message=message, state={"control": new_c_i}, stats=result.stats)
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """x <- x + eta_g mean(Delta y), c <- c + (|S| / N) mean(Delta c), both means uniform."""
         if not results:
             return server_state
         uniform = [1.0] * len(results)

@@ -19,6 +19,8 @@ from .fedavg import FedAvg, FedAvgParams
 
 
 class FedAvgMParams(FedAvgParams):
+    """FedAvg's settings plus the server momentum beta."""
+
     server_momentum: float = Field(0.9, ge=0.0, lt=1.0, description="server momentum beta")
 
 
@@ -32,15 +34,19 @@ class FedAvgM(FedAvg):
     Params = FedAvgMParams
 
     def init_server(self, initial: P.Params) -> State:
+        """The initial model and a zero momentum v."""
         return {"params": initial, "momentum": P.zeros_like(self.trained(initial))}
 
     def server_update(self, server_state: State, mean_delta: P.Params) -> State:
+        """v <- beta v + Delta; w <- w + eta_s v."""
         v = P.add(mean_delta, server_state["momentum"], self.hp.server_momentum)
         params = server_state["params"]
         return {**server_state, "params": {**params, **P.add(self.trained(params), v, self.hp.server_lr)}, "momentum": v}
 
 
 class AdaptiveParams(FedAvgParams):
+    """FedAdam's and FedYogi's settings: server step eta, moment decays beta1 / beta2 and adaptivity tau."""
+
     server_lr: float = Field(0.01, gt=0.0, description="server step eta")
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="decay of the first moment m")
     beta2: float = Field(0.99, ge=0.0, lt=1.0, description="decay of the second moment v")
@@ -78,6 +84,7 @@ class FedAdam(_AdaptiveServer):
     """FedAdam (Reddi et al. 2021, Alg. 2): v_t = b2 v_{t-1} + (1 - b2) Delta_t^2."""
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        """Adam's v_t = b2 v_{t-1} + (1 - b2) Delta_t^2."""
         return self.hp.beta2 * v + (1 - self.hp.beta2) * d2
 
 
@@ -86,4 +93,5 @@ class FedYogi(_AdaptiveServer):
     """FedYogi (Reddi et al. 2021, Alg. 2): v_t = v_{t-1} - (1 - b2) Delta_t^2 sign(v_{t-1} - Delta_t^2)."""
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        """Yogi's v_t = v_{t-1} - (1 - b2) Delta_t^2 sign(v_{t-1} - Delta_t^2)."""
         return v - (1 - self.hp.beta2) * d2 * torch.sign(v - d2)

@@ -71,13 +71,16 @@ class PerBaseLoss(Objective):
 
     @property
     def per_example_ok(self) -> bool:
+        """True unless the task loss couples the batch (``couples_batch``)."""
         return not getattr(self.loss_fn, "couples_batch", False)
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """sum_j loss(out[:, j], y): each base's own mean loss, summed."""
         return sum(self.loss_fn(out[:, j], batch.y) for j in range(out.shape[1]))
 
 
 def base_prefix(index: int) -> str:
+    """The name prefix of base ``index``'s entries, ``"bases.{index}."``."""
     return f"bases.{index}."
 
 
@@ -136,6 +139,7 @@ class SplitMix(Algorithm):
 
     # ------------------------------------------------------------------ server
     def init_server(self, initial: P.Params) -> State:
+        """The initial model, a seeded permutation of the bases and the cyclic pointer at 0 (Alg. 4.2)."""
         order = numpy_generator(self.ctx.seed, "split-mix", "order").permutation(self.num_bases)
         return {"params": initial, "order": self._as_tensor(order), "pointer": 0}
 
@@ -159,6 +163,8 @@ class SplitMix(Algorithm):
         return {**server_state, "order": self._as_tensor(order), "pointer": pointer, "plan": plan}
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """Alg. 4.1 lines 7-8: each base moved by the weighted
+        mean delta of the clients that trained it; drops the plan."""
         state = {k: v for k, v in server_state.items() if k != "plan"}
         if not results:
             return state
@@ -170,6 +176,8 @@ class SplitMix(Algorithm):
 
     # ------------------------------------------------------------------ client
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """Trains the client's planned bases as one model with the
+        summed per-base loss (Alg. 4.3) and sends their delta."""
         bases = server_state["plan"][task.client_id]
         to_local = {g: j for j, g in enumerate(bases)}
         start = rename_bases(self._with_own_buffers(server_state["params"], client_state), to_local)
@@ -204,6 +212,7 @@ class SplitMix(Algorithm):
 
     # ------------------------------------------------------------------ test time
     def predict(self, model: nn.Module, state: P.Params, x: torch.Tensor) -> torch.Tensor:
+        """The mixed logits of the first ``test_width / r`` bases (all bases by default)."""
         return self.predict_bases(state, x, self.test_bases)
 
     def _served_bases(self, width: float) -> int:
@@ -223,4 +232,5 @@ class SplitMix(Algorithm):
         return self.mixers[self._served_bases(width)]
 
     def predict_bases(self, state: P.Params, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The mean of the logits of the first ``n`` bases (Alg. 4.1 line 11)."""
         return forward(self.mixers[n], rename_bases(state, {i: i for i in range(n)}), x)

@@ -59,6 +59,8 @@ DENSE_BITS = 32  # a buffer entry sent uncompressed
 
 
 class STCParams(AlgorithmParams):
+    """STC's settings: the kept share p of the update, the weighting, and whether the broadcast is compressed too."""
+
     sparsity: float = Field(
         0.2, gt=0.0, le=1.0,
         description="p: fraction of the (flattened) update's entries kept, by magnitude (1 = keep all, ternarise only)",
@@ -151,12 +153,14 @@ class STC(Algorithm):
         return {k: params[k] for k in self.param_keys}
 
     def init_server(self, initial: P.Params) -> State:
+        """The initial model and, with ``downstream``, a zero server residual R."""
         state: State = {"params": initial}
         if self.hp.downstream:
             state["residual"] = P.zeros_like(self._trained(initial))
         return state
 
     def client_update(self, server_state: State, client_state: State | None, task: ClientTask) -> ClientResult:
+        """FedAvg's local training; sends S_i = STC(Delta_i + R_i) and the dense buffers, keeping the residual."""
         start = server_state["params"]
         new, stats = task.trainer.train(start, task.data.train, task.generator, task.round, dp=task.dp)
         delta = P.sub(self._trained(new), self._trained(start))
@@ -174,11 +178,13 @@ class STC(Algorithm):
     signal_labels = {"params_uploaded": "non-zero entries uploaded per client", "upload_bits": "upload bits per client"}
 
     def weights(self, messages: list[dict[str, Any]]) -> list[float]:
+        """The weights p_i of ``messages``: their ``num_examples``, or all 1 with uniform weighting."""
         if self.hp.weighting == "uniform":
             return [1.0] * len(messages)
         return [float(m["num_examples"]) for m in messages]
 
     def aggregate(self, server_state: State, results: list[tuple[int, dict[str, Any]]], round_idx: int) -> State:
+        """w <- w + B with B = STC(M + R) (``downstream``) or M; buffers take the weighted mean."""
         if not results:  # an empty Poisson cohort leaves everything unchanged
             return server_state
         messages = [m for _, m in results]

@@ -71,6 +71,8 @@ def synchronize(device: torch.device) -> None:
 
 
 def timed(rounds: int, one_round: Callable[[int], None], device: torch.device | str = "cpu") -> list[float]:
+    """Wall-clock seconds of each of ``rounds`` calls
+    ``one_round(r)``, the device synchronised before and after each."""
     device = torch.device(device)
     times = []
     for r in range(rounds):
@@ -169,6 +171,7 @@ def plain_fedavg_round(
 
 
 def run_plain_loop(case: Case, dp_engine: bool = False) -> list[float]:
+    """Round times of the plain PyTorch FedAvg loop on ``case`` (``dp_engine``: DP-SGD through Opacus)."""
     w, device = case.spec, case_device(case)
     torch.manual_seed(case.seed)
     model = build(w, device)
@@ -180,6 +183,7 @@ def run_plain_loop(case: Case, dp_engine: bool = False) -> list[float]:
 
 
 def run_opacus(case: Case) -> list[float]:
+    """Round times of the plain loop with Opacus DP-SGD; :class:`Unavailable` without ``case.dp`` or Opacus."""
     if not case.dp:
         raise Unavailable("opacus runs only the DP-SGD variant (without DP it is plain-loop)")
     try:

@@ -172,6 +172,7 @@ def precheck(case: Case) -> str | None:
 
 
 def machine_info(device: str = "auto") -> dict[str, Any]:
+    """What the timings ran on: CPU and cores, torch threads and versions, platform and the resolved ``device``."""
     import torch
 
     from ..runtime.device import resolve_device

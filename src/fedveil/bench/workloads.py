@@ -22,6 +22,9 @@ TEST_ROWS = 256  # a small separate test set, so that every generated training r
 
 @dataclass(frozen=True)
 class Workload:
+    """One federated round to time: model and input shape, each client's
+    local steps and batch, the algorithm and whether a DP variant runs."""
+
     name: str
     model: str
     input_shape: tuple[int, int, int]
@@ -37,6 +40,7 @@ class Workload:
 
     @property
     def rows_per_client(self) -> int:
+        """``steps * batch``: the synthetic training rows of each client."""
         return self.steps * self.batch
 
 
@@ -85,10 +89,12 @@ class Case:
 
     @property
     def spec(self) -> Workload:
+        """The case's workload, with ``steps`` replaced when the case sets them."""
         w = WORKLOADS[self.workload]
         return w if self.steps is None else replace(w, steps=self.steps)
 
     def to_dict(self) -> dict[str, Any]:
+        """The case's fields as a dict."""
         return asdict(self)
 
     def record(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ class ClientData:
 
     @property
     def num_train(self) -> int:
+        """The client's number of training rows."""
         return len(self.train)
 
 
@@ -43,9 +44,11 @@ class FederatedDataset:
 
     @property
     def num_clients(self) -> int:
+        """The number of clients."""
         return len(self.clients)
 
     def train_sizes(self) -> np.ndarray:
+        """Each client's number of training rows, in client order."""
         return np.array([c.num_train for c in self.clients])
 
     def label_counts(self) -> np.ndarray:

@@ -23,6 +23,8 @@ SIZE_PANEL_WIDTH = 1.6
 
 
 def check_counts(counts: np.ndarray, class_names: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+    """``counts`` as a non-negative ``(num_clients, num_classes)`` array
+    and one name per class (default ``0..C-1``); a ValueError otherwise."""
     counts = np.asarray(counts)
     if counts.ndim != 2 or (counts < 0).any():
         raise ValueError(

@@ -38,6 +38,7 @@ def group_values(data: ArrayDataset, key: str, partitioner: str) -> np.ndarray:
 
 
 def check_num_clients(num_clients: int, num_rows: int) -> None:
+    """A DataError unless 1 <= ``num_clients`` <= ``num_rows`` (every client needs a row)."""
     if num_clients < 1:
         raise DataError(f"num_clients must be at least 1, got {num_clients}")
     if num_clients > num_rows:
@@ -70,6 +71,7 @@ def deal_evenly(
 
 
 class IIDParams(PartitionParams):
+    """The IID partitioner takes no parameters."""
     pass
 
 
@@ -80,12 +82,15 @@ class IIDPartitioner(Partitioner):
     Params = IIDParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """A random permutation of the rows cut into ``num_clients`` near-equal shares."""
         check_num_clients(num_clients, len(data))
         shares = np.array_split(rng.permutation(len(data)), num_clients)
         return finish([[rows] for rows in shares], "use fewer clients")
 
 
 class DirichletParams(PartitionParams):
+    """Settings of the Dirichlet label skew: alpha and the minimum client size with its redraw limit."""
+
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration; small = strong label skew")
     min_size: int = Field(10, ge=1, description="redraw until every client has at least this many rows")
     max_retries: int = Field(100, ge=1, description="draws before giving up on min_size")
@@ -105,6 +110,8 @@ class DirichletPartitioner(Partitioner):
     params: DirichletParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Per class, Dir(alpha) shares of its rows over the
+        clients; redrawn until every client has ``min_size`` rows."""
         labels = class_labels(data, "dirichlet")
         check_num_clients(num_clients, len(labels))
         p = self.params
@@ -138,6 +145,8 @@ class DirichletPartitioner(Partitioner):
 
 
 class ShardsParams(PartitionParams):
+    """Settings of the shards split: the number of distinct classes per client."""
+
     classes_per_client: int = Field(2, ge=1, description="distinct classes each client holds")
 
 
@@ -156,6 +165,8 @@ class ShardsPartitioner(Partitioner):
     params: ShardsParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Each client takes its ``classes_per_client`` least-used
+        classes; a class's rows are dealt among its holders."""
         labels = class_labels(data, "shards")
         check_num_clients(num_clients, len(labels))
         classes = np.unique(labels)
@@ -179,6 +190,8 @@ class ShardsPartitioner(Partitioner):
 
 
 class QuantitySkewParams(PartitionParams):
+    """Settings of the quantity skew: alpha of the client sizes and the rows every client gets first."""
+
     alpha: float = Field(1.0, gt=0, description="Dirichlet concentration of client sizes; small = very unequal")
     min_size: int = Field(10, ge=1, description="rows every client gets before the skewed remainder")
 
@@ -196,6 +209,7 @@ class QuantitySkewPartitioner(Partitioner):
     params: QuantitySkewParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Shuffled rows cut into sizes ``min_size`` + Multinomial(R, q), q ~ Dir(alpha)."""
         n = len(data)
         check_num_clients(num_clients, n)
         floor = self.params.min_size
@@ -211,6 +225,8 @@ class QuantitySkewPartitioner(Partitioner):
 
 
 class NaturalParams(PartitionParams):
+    """Settings of the natural split: the group holding the client id."""
+
     key: str = Field("client", min_length=1, description="group that holds the natural client id")
 
 
@@ -222,6 +238,7 @@ class NaturalPartitioner(Partitioner):
     params: NaturalParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """One client per distinct ``groups[key]`` value, in sorted order; ``num_clients`` must equal their number."""
         key = self.params.key
         values = group_values(data, key, "natural")
         distinct = np.unique(values)
@@ -234,6 +251,8 @@ class NaturalPartitioner(Partitioner):
 
 
 class DomainParams(PartitionParams):
+    """Settings of the domain split: the domain group and, optionally, the clients of each domain."""
+
     key: str = Field("domain", min_length=1, description="group that holds the domain id")
     clients_per_domain: list[int] | None = Field(
         None,
@@ -257,6 +276,7 @@ class DomainPartitioner(Partitioner):
     params: DomainParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Clients numbered domain by domain, each domain's rows dealt IID among its clients."""
         key = self.params.key
         values = group_values(data, key, "domain")
         check_num_clients(num_clients, len(values))
@@ -299,6 +319,8 @@ class DomainPartitioner(Partitioner):
 
 
 class ClassWindowParams(PartitionParams):
+    """Settings of FADE's class windows: window, stride, all-class source clients and the source / target domains."""
+
     window: int = Field(2, ge=1, description="consecutive classes per target client")
     stride: int = Field(1, ge=1, description="shift of the window from one target client to the next")
     source_clients: int = Field(0, ge=0, description="clients 0..source_clients-1 hold every class")
@@ -329,6 +351,8 @@ class ClassWindowPartitioner(Partitioner):
     params: ClassWindowParams
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Source clients take all classes (or the source domain's
+        rows); target client u the window of classes from u * stride."""
         p = self.params
         labels = class_labels(data, "class_window")
         check_num_clients(num_clients, len(labels))

@@ -29,6 +29,7 @@ class Partitioner:
         self.params = params if params is not None else self.Params()
 
     def split(self, data: ArrayDataset, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """One sorted int64 array of row indices per client, drawn from ``rng``; disjoint, none empty."""
         raise NotImplementedError
 
 

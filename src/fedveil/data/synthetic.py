@@ -25,6 +25,7 @@ MAX_MASK_DRAWS = 100
 
 
 def require(ok: bool, message: str) -> None:
+    """A DataError with ``message`` unless ``ok``."""
     if not ok:
         raise DataError(message)
 
@@ -159,6 +160,8 @@ def rotate_images(x: torch.Tensor, angle: float) -> torch.Tensor:
 
 
 def digit_domains(x: torch.Tensor, y: torch.Tensor, domain: np.ndarray, extra: dict, base: str) -> DataSource:
+    """The :class:`DataSource` of 10-class digits ``x``, ``y`` with
+    ``groups["domain"]`` and ``extra`` groups, flagged synthetic."""
     groups = {"domain": torch.from_numpy(domain), **extra}
     info = {"classes": [str(c) for c in range(10)], "base": base}
     return DataSource(

@@ -40,6 +40,8 @@ LOG = logging.getLogger("fedveil.deploy")
 
 
 def to_content(packed: Packed, round_idx: int | None = None) -> RecordDict:
+    """A packed request or reply as a Flower ``RecordDict``: its
+    tensors as arrays, the skeleton and the round in ``meta``."""
     tensors, skeleton = packed
     arrays = ArrayRecord({k: Array.from_numpy_ndarray(a) for k, a in wire.tensors_to_numpy(tensors).items()})
     meta: dict[str, Any] = {"skeleton": skeleton}
@@ -49,6 +51,7 @@ def to_content(packed: Packed, round_idx: int | None = None) -> RecordDict:
 
 
 def from_content(content: RecordDict) -> tuple[Packed, int | None]:
+    """The packed message and its round (None if absent) from a Flower ``RecordDict`` (:func:`to_content`'s inverse)."""
     arrays = content["arrays"]
     tensors = wire.tensors_from_numpy({k: a.numpy() for k, a in arrays.items()})
     meta = content["meta"]
@@ -120,6 +123,8 @@ class FlowerTransport:
         return True
 
     def reachable(self) -> list[int]:
+        """The discovered silos whose nodes are connected, after waiting
+        (a grace period at most) for silos that answered last round."""
         if len(self.node_of) < self.num_silos:
             self._discover(wait_for=0.0)  # one more pass for silos not found yet
         deadline = time.monotonic() + min(self.timeout, RECONNECT_GRACE_S)
@@ -131,6 +136,8 @@ class FlowerTransport:
             time.sleep(POLL_S)
 
     def exchange(self, kind: str, round_idx: int, requests: dict[int, Packed]) -> dict[int, Packed | Failure]:
+        """Pushes one ``kind`` message per silo and polls for replies
+        until the timeout; a silo without a reply gets a :class:`Failure`."""
         messages = [
             Message(to_content(packed, round_idx), self.node_of[cid], kind, group_id=str(round_idx))
             for cid, packed in requests.items()
@@ -162,6 +169,8 @@ server_app = ServerApp()
 
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
+    """The ServerApp's entry point: reads the run config and federation,
+    then runs :class:`DeployedServer` over the grid, recording into ``out``."""
     run = context.run_config
     config = validate(json.loads(str(run["config"])))
     shape, _ = read_federation(str(run["federation"]))

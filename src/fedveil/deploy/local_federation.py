@@ -40,6 +40,7 @@ class FederationError(RuntimeError):
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -117,6 +118,9 @@ def _binary(name: str) -> str:
 
 @dataclass
 class LocalFederation:
+    """A SuperLink and, per silo, its service and SuperNode as processes
+    on this machine, with their folders, ports and logs under ``workdir``."""
+
     workdir: Path
     num_silos: int
     tls: bool = True
@@ -149,6 +153,7 @@ class LocalFederation:
         return env
 
     def log(self, name: str) -> Path:
+        """The log file of process ``name``."""
         return self.workdir / "logs" / f"{name}.log"
 
     def _spawn(self, name: str, args: list[str], home: str | Path) -> subprocess.Popen:
@@ -265,6 +270,7 @@ class LocalFederation:
         return self.workdir / "sockets" / f"silo-{k}.sock"
 
     def silo_dir(self, k: int) -> Path:
+        """Silo ``k``'s folder under ``silo_root``."""
         return self.silo_root / f"silo-{k}"
 
     # ------------------------------------------------------------------ runs
@@ -279,6 +285,7 @@ class LocalFederation:
         return int(out["run-id"])
 
     def status(self, run_id: int) -> str:
+        """The status of run ``run_id`` as ``flwr ls`` reports it (``"unknown"`` if not listed)."""
         runs = json.loads(self.flwr("ls", FEDERATION, "--run-id", str(run_id), "--format", "json"))["runs"]
         return str(runs[0]["status"]) if runs else "unknown"
 
@@ -295,6 +302,7 @@ class LocalFederation:
             time.sleep(poll)
 
     def run_log(self, run_id: int) -> str:
+        """The log of run ``run_id`` (``flwr log``)."""
         return self.flwr("log", str(run_id), FEDERATION, "--show", timeout=60)
 
     # ------------------------------------------------------------------ faults and clean-up

@@ -17,15 +17,21 @@ from .silo import Silo, SiloRefused
 
 @dataclass
 class LoopbackTransport:
+    """The silos of this process as a :class:`~fedveil.deploy.server.Transport`,
+    with ``faults`` injected and every request logged."""
+
     silos: dict[int, Silo]
     faults: dict[tuple[int, int], str] = field(default_factory=dict)
     name: str = "loopback"
     log: list[tuple[str, int, int, Packed]] = field(default_factory=list)  # (kind, round, silo, request) as sent
 
     def reachable(self) -> list[int]:
+        """Every silo of this process (a ``"down"`` fault fails its request instead)."""
         return sorted(self.silos)
 
     def exchange(self, kind: str, round_idx: int, requests: dict[int, Packed]) -> dict[int, Packed | Failure]:
+        """Each silo answers its request (packed and unpacked as over the wire),
+        unless a fault of this train round replaces the reply by a :class:`Failure`."""
         replies: dict[int, Packed | Failure] = {}
         for cid, packed in requests.items():
             self.log.append((kind, round_idx, cid, packed))

@@ -108,6 +108,8 @@ class SecAggClient:
         self.sessions: dict[int, _ClientSession] = {}
 
     def advertise(self, round_idx: int) -> dict[str, str]:
+        """Round ``round_idx``'s fresh key pairs (c for the channel, s for the
+        masks): the public keys in hex, signed when the silo has an identity key."""
         c_private, c_public = crypto.new_key_pair()
         s_private, s_public = crypto.new_key_pair()
         self.sessions = {round_idx: _ClientSession(c_private, c_public, s_private, s_public)}  # older rounds are over

@@ -47,6 +47,7 @@ class SiloDataError(DataError):
 
 
 def silo_folder(out: str | os.PathLike, client_id: int) -> Path:
+    """Silo ``client_id``'s folder ``silo-<id>`` under ``out``."""
     return Path(out) / f"silo-{client_id}"
 
 

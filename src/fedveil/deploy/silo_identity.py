@@ -41,6 +41,7 @@ def make_silo_key(folder: str | os.PathLike) -> str:
 
 
 def public_hex(key) -> str:
+    """The raw Ed25519 public key of private ``key``, as hex."""
     from cryptography.hazmat.primitives import serialization
 
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
@@ -55,6 +56,7 @@ def load_silo_key(folder: str | os.PathLike):
 
 
 def new_nonce() -> str:
+    """A fresh random 128-bit nonce, as hex."""
     return secrets.token_hex(16)
 
 

@@ -139,4 +139,5 @@ def tensors_to_numpy(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 
 def tensors_from_numpy(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """The arrays as tensors (copied, so they own their memory)."""
     return {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()}

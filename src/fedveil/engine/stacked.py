@@ -291,6 +291,7 @@ class _Tracer(fx.Tracer):
 
 
 def stack_params(param_sets: list[Params], names: list[str]) -> Stacked:
+    """``{name: (K, *shape)}``: the entries ``names`` of the K parameter sets stacked along a new leading axis."""
     return {n: torch.stack([p[n] for p in param_sets]) for n in names}
 
 

@@ -37,9 +37,11 @@ class Metric:
         self.task, self.group = task, group
 
     def update(self, outputs: torch.Tensor, batch: ArrayDataset) -> None:
+        """Accumulates the model's ``outputs`` on one ``batch`` of the split."""
         raise NotImplementedError
 
     def compute(self) -> dict[str, float]:
+        """``{key: value}`` over every batch seen; a key undefined on them is left out."""
         raise NotImplementedError
 
     def _groups_of(self, batch: ArrayDataset) -> torch.Tensor:
@@ -64,6 +66,7 @@ class Concatenating(Metric):
         self._g: list[np.ndarray] = []
 
     def update(self, outputs: torch.Tensor, batch: ArrayDataset) -> None:
+        """Keeps the batch's predicted labels, targets, softmax scores (with ``keep_scores``) and group labels."""
         outputs = outputs.detach()
         self._pred.append(outputs.argmax(dim=1).cpu().numpy())
         if self.keep_scores:

@@ -41,6 +41,7 @@ class Loss(_Mean):
     higher_is_better = False
 
     def batch_sum(self, outputs: torch.Tensor, y: torch.Tensor) -> float:
+        """The batch's summed cross-entropy (classification) or squared error (regression)."""
         return summed_loss(outputs, y, self.task)
 
 
@@ -52,6 +53,7 @@ class Accuracy(_Mean):
     tasks = (CLASSIFICATION,)
 
     def batch_sum(self, outputs: torch.Tensor, y: torch.Tensor) -> float:
+        """The number of the batch's rows whose arg-max class is the label."""
         return int((outputs.argmax(dim=1) == y).sum())
 
 
@@ -64,4 +66,5 @@ class MeanSquaredError(_Mean):
     tasks = (REGRESSION,)
 
     def batch_sum(self, outputs: torch.Tensor, y: torch.Tensor) -> float:
+        """The batch's summed squared error."""
         return summed_loss(outputs, y, REGRESSION)

@@ -84,6 +84,7 @@ class GroupAccuracy(_GroupMetric):
     name = "group_accuracy"
 
     def compute(self) -> dict[str, float]:
+        """``accuracy_group_<g>`` for every group value g present."""
         y, pred, groups, _ = self.arrays()
         return {f"accuracy_group_{g}": v for g, v in group_accuracies(y, pred, groups).items()}
 
@@ -95,6 +96,7 @@ class WorstGroupAccuracy(_GroupMetric):
     name = "worst_group_accuracy"
 
     def compute(self) -> dict[str, float]:
+        """The smallest group accuracy; nothing when no group was seen."""
         y, pred, groups, _ = self.arrays()
         accuracies = group_accuracies(y, pred, groups)
         return {self.name: min(accuracies.values())} if accuracies else {}
@@ -108,6 +110,7 @@ class EqualizedOddsGap(_GroupMetric):
     higher_is_better = False
 
     def compute(self) -> dict[str, float]:
+        """ΔEO over the split (Eq. 3.9); nothing when fewer than two groups are present."""
         y, pred, groups, _ = self.arrays()
         gap = equalized_odds_gap(y, pred, groups)
         return {} if gap is None else {self.name: gap}
@@ -121,6 +124,7 @@ class DemographicParityGap(_GroupMetric):
     higher_is_better = False
 
     def compute(self) -> dict[str, float]:
+        """The demographic-parity gap over the split; nothing when fewer than two groups are present."""
         _, pred, groups, _ = self.arrays()
         gap = demographic_parity_gap(pred, groups)
         return {} if gap is None else {self.name: gap}

@@ -35,6 +35,7 @@ class AUPRC(Concatenating):
     keep_scores = True
 
     def compute(self) -> dict[str, float]:
+        """Average precision of the kept class scores (:func:`auprc`); nothing without a positive row."""
         y, _, _, scores = self.arrays()
         value = None if scores is None else auprc(y, scores)
         return {} if value is None else {self.name: value}

@@ -33,6 +33,7 @@ class DualBatchNorm(nn.Module):
         self.route = "mix"  # set around a forward by `routed`; not part of the state
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The clean or noise BN alone when routed, else ``(1 - mix) BN_c(x) + mix BN_n(x)`` (Eq. 4.2)."""
         if self.route == "clean":
             return self.clean(x)
         if self.route == "noise":
@@ -58,6 +59,8 @@ class FiLMDualBatchNorm(DualBatchNorm):
         self.lam: float | None = None  # the training step's lambda, set by `conditioned`; not state
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The BN lambda selects (or the routed one), then
+        ``(1 + gamma(lambda)) y + beta(lambda)``; lambda is the step's or the ``mix`` buffer."""
         lam = self.mix if self.lam is None else torch.tensor(self.lam, dtype=x.dtype, device=x.device)
         if self.route == "mix":  # test time: the BN that lambda selects
             y = self.clean(x) if float(lam) == 0.0 else self.noise(x)
@@ -69,6 +72,7 @@ class FiLMDualBatchNorm(DualBatchNorm):
 
 
 def dual_layers(model: nn.Module) -> list[DualBatchNorm]:
+    """Every :class:`DualBatchNorm` (FiLM ones included) in ``model``."""
     return [m for m in model.modules() if isinstance(m, DualBatchNorm)]
 
 
@@ -104,6 +108,7 @@ def conditioned(model: nn.Module, lam: float) -> Iterator[None]:
 
 
 def has_film(model: nn.Module) -> bool:
+    """Whether ``model`` has an OAT layer (:class:`FiLMDualBatchNorm`), i.e. is lambda-conditioned."""
     return any(isinstance(m, FiLMDualBatchNorm) for m in model.modules())
 
 
@@ -115,4 +120,5 @@ def with_mix(state: Params, lam: float) -> Params:
 
 
 def has_dual_bn(model: nn.Module) -> bool:
+    """Whether ``model`` has any dual BN layer."""
     return bool(dual_layers(model))

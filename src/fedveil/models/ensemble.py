@@ -32,6 +32,7 @@ class BaseEnsemble(nn.Module):
 
     @property
     def num_bases(self) -> int:
+        """M, the number of base nets."""
         return len(self.bases)
 
     @property
@@ -40,6 +41,7 @@ class BaseEnsemble(nn.Module):
         return self.num_bases * self.base_width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The bases' logits: their mean ``(N, C)`` or, with ``output="stack"``, all of them ``(N, M, C)``."""
         logits = torch.stack([base(x) for base in self.bases], dim=1)
         return logits.mean(dim=1) if self.output == "mean" else logits
 
@@ -53,6 +55,7 @@ class BaseEnsemble(nn.Module):
         return BaseEnsemble(bases, self.base_width, self.output if output is None else output)
 
     def extra_repr(self) -> str:
+        """``base_width`` and ``output`` in the module's printout."""
         return f"base_width={self.base_width:g}, output={self.output!r}"
 
 

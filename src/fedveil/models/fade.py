@@ -39,6 +39,7 @@ class FadeNet(nn.Module):
         self.cdan = conditioning == "cdan"
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(task_logits, group_logits)``: f(G(x)) and D(GRL(z)), or D(GRL(softmax(f(z)) ⊗ z)) under CDAN."""
         z = self.encoder(x)
         logits = self.head(z)
         features = z

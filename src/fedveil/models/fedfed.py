@@ -75,6 +75,8 @@ class FeatureDistiller(nn.Module):
         return x_r, clip_to_fraction(x - x_r, x, self.rho), mu, logvar
 
     def forward(self, x: torch.Tensor, groups: dict[str, torch.Tensor] | None = None):
+        """``(f(x), f(x_s + sigma n), x_r, mu, logvar)``,
+        reparameterised and noised by the batch's groups when given."""
         groups = groups or {}
         x_r, x_s, mu, logvar = self.split(x, groups.get(VAE_EPS))
         noisy = x_s + self.sigma * groups[NOISE] if NOISE in groups else x_s

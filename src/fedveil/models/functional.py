@@ -35,10 +35,12 @@ def _lock_of(model: nn.Module) -> threading.Lock:
 
 
 def parameter_names(model: nn.Module) -> list[str]:
+    """Names of ``model``'s parameters (the entries of its state that SGD trains)."""
     return [name for name, _ in model.named_parameters()]
 
 
 def buffer_names(model: nn.Module) -> list[str]:
+    """Names of ``model``'s buffers (e.g. BatchNorm running statistics) in its state."""
     return [name for name, _ in model.named_buffers()]
 
 

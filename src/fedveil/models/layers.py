@@ -28,4 +28,5 @@ class GradientReversal(nn.Module):
         self.register_buffer("lam", torch.tensor(float(lam)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` unchanged; its gradient multiplied by ``-lam`` (:func:`reverse_gradient`)."""
         return reverse_gradient(x, self.lam)

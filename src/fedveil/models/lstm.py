@@ -17,6 +17,7 @@ class CharLSTM(nn.Module):
         self.fc = nn.Linear(hidden, vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Next-character logits from the LSTM's output at the window's last step."""
         out, _ = self.lstm(self.embed(x))
         return self.fc(out[:, -1])
 

@@ -31,6 +31,8 @@ class PreActBlock(nn.Module):
         self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block on ``x``: ``relu(n1(x))`` through the two
+        scaled convs (``relu(n2)`` between), plus the shortcut."""
         out = torch.relu(self.n1(x))
         shortcut = x if self.shortcut is None else self.scale(self.shortcut(out))
         out = self.scale(self.conv1(out))
@@ -68,6 +70,7 @@ class PreResNet(nn.Module):
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits: stem, the four stages, ``relu(n4)``, global average pooling, linear head."""
         out = self.scale(self.conv1(self.image(x)))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
         out = torch.relu(self.n4(out))

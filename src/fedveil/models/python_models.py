@@ -25,6 +25,7 @@ _DATA_ARGS = ("input_shape", "num_classes")
 
 
 def is_python_model(name: str) -> bool:
+    """Whether model name ``name`` is a ``python:module:attribute`` name rather than a zoo name."""
     return name.startswith(PREFIX)
 
 
@@ -67,6 +68,8 @@ def python_options(name: str) -> dict[str, Any]:
 
 
 def build_python_model(name: str, input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
+    """Calls the callable ``name`` stands for with the data arguments
+    it declares and ``options``; it must return an ``nn.Module``."""
     spec = resolve(name)
     params = inspect.signature(spec).parameters
     data_args = {"input_shape": tuple(input_shape), "num_classes": num_classes}

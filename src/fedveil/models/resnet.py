@@ -42,6 +42,7 @@ class BasicBlock(nn.Module):
             self.shortcut = nn.Sequential(conv(c_in, c_out, 1, stride, norm), make_norm(norm, c_out, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block on ``x``: two conv-norm layers with a ReLU between, plus the shortcut, then a ReLU."""
         out = torch.relu(self.norm1(self.conv1(x)))
         out = self.norm2(self.conv2(out))
         return torch.relu(out + self.shortcut(x))
@@ -70,6 +71,7 @@ class ResNet(nn.Module):
         self.fc = nn.Linear(c, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits: stem, the blocks, global average pooling, linear head."""
         x = torch.relu(self.stem_norm(self.stem(self.image(x))))
         x = self.blocks(x)
         return self.fc(x.mean(dim=(2, 3)))

@@ -35,9 +35,11 @@ class Scaler(nn.Module):
         self.width = _check_width(width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x / width`` in training mode, ``x`` in eval mode."""
         return x / self.width if self.training else x
 
     def extra_repr(self) -> str:
+        """The width in the module's printout."""
         return f"width={self.width:g}"
 
 
@@ -114,6 +116,7 @@ def make_norm(norm: str, channels: int, dims: int) -> nn.Module:
 
 
 def check_norm(norm: str) -> str:
+    """``norm`` if it is one of :data:`NORMS`, else a ValueError."""
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
     return norm
@@ -137,6 +140,7 @@ def split_width(model: str, width: float, bases: int, narrowest: int) -> float:
 
 
 def check_flag(name: str, value: bool) -> bool:
+    """``value`` if it is a bool, else a ValueError naming option ``name``."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return value

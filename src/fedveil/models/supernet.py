@@ -73,6 +73,7 @@ class Supernet(nn.Module):
         self.alpha = nn.Parameter(torch.full((num_units,), alpha_range[1]))
 
     def unit_axes(self) -> UnitAxes:
+        """Which axes of which parameters each sampleable layer's units index (subnet extraction, Eq. 19's masks)."""
         raise NotImplementedError
 
     def run(self, x: torch.Tensor, mask_fn: MaskFn, detach: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -81,6 +82,7 @@ class Supernet(nn.Module):
         raise NotImplementedError
 
     def macs(self, counts: Sequence[int] | None = None) -> int:
+        """Multiply-accumulates per example of the subnet keeping ``counts[k]`` units per layer (default: all)."""
         raise NotImplementedError
 
     def alphas(self, alpha: torch.Tensor | None = None) -> torch.Tensor:
@@ -90,6 +92,8 @@ class Supernet(nn.Module):
         return alpha + (alpha.clamp(*self.alpha_range) - alpha).detach()
 
     def forward(self, x: torch.Tensor, groups: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits: with fixed ``UNIT_MASK`` masks, the whole supernet in eval mode
+        or without draws, else ADDS's sampled forward (:meth:`sampled_forward`)."""
         groups = groups or {}
         if UNIT_MASK in groups:
             per_layer = self.split_units(groups[UNIT_MASK].to(self.head.weight.dtype))
@@ -201,6 +205,8 @@ class SampledNet(Supernet):
         return axes
 
     def run(self, x: torch.Tensor, mask_fn: MaskFn, detach: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Conv stages then hidden FC layers, each output masked by
+        ``mask_fn``; slim importances: |BN gamma| and mean activations."""
         p = _detached if detach else _same
         h, importances = x, []
         for k, (conv, norm) in enumerate(zip(self.convs, self.norms)):
@@ -219,6 +225,7 @@ class SampledNet(Supernet):
         return F.linear(h, p(self.head.weight), p(self.head.bias)), importances
 
     def given_importances(self, x: torch.Tensor, labels: torch.Tensor | None) -> list[torch.Tensor]:
+        """The LRP importances with ``importance = "lrp"``; none (slim: made during the passes) otherwise."""
         return self.lrp_importances(x, labels) if self.importance == "lrp" else []
 
     def lrp_importances(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -323,6 +330,7 @@ class SampledCharLSTM(Supernet):
         self.unit_counts = [hidden, hidden, fc]
 
     def unit_axes(self) -> UnitAxes:
+        """The sampled axes: the second LSTM's input, the FC layer's rows and columns, the head's inputs."""
         return {
             "lstm2.weight_ih_l0": [(1, 0, 1)],
             "fc.weight": [(0, 2, 1), (1, 1, 1)],
@@ -336,6 +344,8 @@ class SampledCharLSTM(Supernet):
         return functional_call(lstm, {k: v.detach() for k, v in lstm.named_parameters()}, (x,))[0]
 
     def run(self, x: torch.Tensor, mask_fn: MaskFn, detach: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Embedding, two LSTMs and the FC layer, each masked by
+        ``mask_fn``; importances mean ``|h|`` and mean activation."""
         p = _detached if detach else _same
         h1 = self._lstm(self.lstm1, F.embedding(x, p(self.embed.weight)), detach)
         b1 = us.normalised(h1.detach().abs().mean((0, 1)))

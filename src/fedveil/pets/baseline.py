@@ -20,12 +20,15 @@ S_CODE, I_CODE = STATE_CODE["S"], STATE_CODE["I"]
 
 @dataclass(frozen=True)
 class SIRBaseline:
+    """The fitted SIR baseline: numerator and denominator of beta's least-squares fit, and the lookahead in days."""
+
     numerator: float
     denominator: float
     lookahead: int = 7
 
     @property
     def beta(self) -> float:
+        """beta = numerator / denominator; a ValueError when no day had infected and susceptible people."""
         if self.denominator <= 0:
             raise ValueError("the SIR baseline saw no day with infected and susceptible people (denominator 0)")
         return self.numerator / self.denominator

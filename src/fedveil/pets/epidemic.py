@@ -29,6 +29,9 @@ OBSERVED = np.array([0, 1, 2, 0, 0], dtype=np.int8)  # hidden state -> S/I/R cod
 
 @dataclass(frozen=True)
 class EpidemicConfig:
+    """Settings of the simulated outbreak: days, transmissibility (or the attack rate
+    it is calibrated to), asymptomatic cases, infectious period, seeding and imports."""
+
     days: int = NUM_DAYS + PRED_DAYS  # 57 observed days + the hidden week
     transmissibility: float = 0.075  # hazard per day of contact with a symptomatic person
     attack_rate: float | None = 0.04  # if set, calibrate transmissibility: this fraction is ever reported I/R

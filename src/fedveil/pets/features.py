@@ -83,28 +83,34 @@ class FeatureLayout:
 
     @property
     def dim(self) -> int:
+        """d = 11 + 83 S, the length of one example vector."""
         return D_NODE + 1 + self.num_neighbours * self.block
 
     def neighbour(self, j: int) -> slice:
+        """The positions of neighbour slot ``j``'s block (node, history, contact)."""
         if not 0 <= j < self.num_neighbours:
             raise IndexError(f"neighbour slot {j} outside 0..{self.num_neighbours - 1}")
         start = D_NODE + 1 + j * self.block
         return slice(start, start + self.block)
 
     def neighbour_node(self, j: int) -> slice:
+        """The positions of neighbour slot ``j``'s node features."""
         s = self.neighbour(j).start
         return slice(s, s + D_NODE)
 
     def neighbour_history(self, j: int) -> slice:
+        """The positions of neighbour slot ``j``'s S/I/R one-hots of the window's days."""
         s = self.neighbour(j).start + D_NODE
         return slice(s, s + D_HISTORY)
 
     def neighbour_edge(self, j: int) -> slice:
+        """The positions of neighbour slot ``j``'s contact features."""
         s = self.neighbour(j).start + D_NODE + D_HISTORY
         return slice(s, s + D_EDGE)
 
 
 def feature_dim(num_neighbours: int) -> int:
+    """The example length d = 11 + 83 S for ``num_neighbours`` = S slots."""
     return FeatureLayout(num_neighbours).dim
 
 
@@ -186,10 +192,12 @@ class SiloFeatures:
 
     @property
     def num_nodes(self) -> int:
+        """The number of people n of the silo."""
         return len(self.pids)
 
     @property
     def layout(self) -> FeatureLayout:
+        """The :class:`FeatureLayout` of this silo's neighbour sample size S."""
         return FeatureLayout(self.neighbour.shape[1])
 
     def max_occurrences(self) -> int:

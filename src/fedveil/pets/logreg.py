@@ -123,12 +123,15 @@ def uniform_batches(n: int, batch_size: int, steps: int, generator: RandomSource
 
 @dataclass
 class TrainLog:
+    """What a training did: DP-SGD steps, the (non-private) loss sum and examples seen."""
+
     steps: int = 0
     loss_sum: float = 0.0  # non-private, for logging only
     examples: int = 0
 
     @property
     def mean_loss(self) -> float:
+        """The mean loss per example, NaN before any example."""
         return self.loss_sum / self.examples if self.examples else float("nan")
 
 

@@ -54,6 +54,8 @@ from .tables import PandemicTables, split_by_region
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """Settings of both pipelines: S_1, the DP-SGD training, epochs, MR-MTL rounds and lambda, and the seed."""
+
     num_neighbours: int = 20  # S_1
     train: TrainConfig = field(default_factory=TrainConfig)
     central_epochs: int = 2
@@ -71,6 +73,8 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class Metrics:
+    """Forecast quality (§4.6): AUPRC, recall and F1 at 0.5, and the positives among the people scored."""
+
     ap: float  # average precision (AUPRC)
     recall: float  # at threshold 0.5
     f1: float  # at threshold 0.5
@@ -84,6 +88,7 @@ class Metrics:
 
     @classmethod
     def of(cls, probs: np.ndarray, labels: np.ndarray) -> "Metrics":
+        """The metrics of predicted probabilities ``probs`` against 0/1 ``labels`` (AP is NaN without positives)."""
         if len(probs) != len(labels) or len(labels) == 0:
             raise ValueError(f"need as many predictions as labels (> 0), got {len(probs)} and {len(labels)}")
         positives = int(labels.sum())
@@ -95,6 +100,8 @@ class Metrics:
 
 @dataclass
 class SiloResult:
+    """One silo's predictions and labels, its DP-SGD steps and batch size, and Theorem 2.4.4's figures."""
+
     name: str
     num_people: int
     probs: np.ndarray
@@ -106,11 +113,14 @@ class SiloResult:
 
     @property
     def metrics(self) -> Metrics:
+        """The :class:`Metrics` of this silo's predictions."""
         return Metrics.of(self.probs, self.labels)
 
 
 @dataclass
 class PipelineResult:
+    """A pipeline's name and the results of its silos."""
+
     name: str
     silos: list[SiloResult]
 
@@ -120,6 +130,7 @@ class PipelineResult:
         return Metrics.of(np.concatenate([s.probs for s in self.silos]), np.concatenate([s.labels for s in self.silos]))
 
     def max_thm244_epsilon(self, key: str) -> float:
+        """The largest Theorem 2.4.4 epsilon of convention ``key`` (``"thesis"`` or ``"code"``) over the silos."""
         return max(s.thm244[key].epsilon for s in self.silos)
 
 
@@ -152,6 +163,8 @@ def thm244_epsilons(silo: SiloFeatures, cfg: PipelineConfig, steps: int) -> tupl
 
 
 def run_centralised(silo: SiloFeatures, cfg: PipelineConfig, progress: bool = False, name: str = "centralised") -> PipelineResult:
+    """One DP-SGD logistic regression on the whole population for
+    ``central_epochs``, with its predictions and Theorem 2.4.4 figures."""
     theta = torch.zeros(silo.layout.dim + 1)
     theta, log = train(
         theta, silo, cfg.train, cfg.central_epochs, numpy_generator(cfg.seed, "windows", name),

@@ -64,6 +64,9 @@ HOME_FACTOR = 3.0
 
 @dataclass(frozen=True)
 class SyntheticConfig:
+    """Settings of the synthetic population: people, regions and their
+    size ratio, cross-region work, spread, seed and the outbreak."""
+
     num_people: int = 30_000
     num_regions: int = 6
     size_ratio: float = 12.0  # largest / smallest region (the challenge's silos differ > 10x)

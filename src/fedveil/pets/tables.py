@@ -75,6 +75,7 @@ class PandemicTables:
 
     @property
     def num_people(self) -> int:
+        """The number of rows of the person table."""
         return len(self.person["pid"])
 
     def tables(self) -> dict[str, Table]:
@@ -83,6 +84,7 @@ class PandemicTables:
 
 
 def take(table: Table, mask: np.ndarray) -> Table:
+    """The rows of every column of ``table`` selected by ``mask``."""
     return {k: v[mask] for k, v in table.items()}
 
 

@@ -207,12 +207,15 @@ def digit_pool(root, download: bool, with_sklearn: bool) -> tuple[torch.Tensor, 
 
 
 def whole(name: str, value, low: int) -> int:
+    """Option ``name``'s ``value`` if it is an int >= ``low``, else a DataError."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise DataError(f"{NAME}: {name} must be an int >= {low}, got {value!r}")
     return value
 
 
 def real(name: str, value, low: float, high: float, low_open: bool = False) -> float:
+    """Option ``name``'s ``value`` as a float if it is a finite number
+    in [low, high] ((low, high] with ``low_open``), else a DataError."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > high or value < low or (low_open and value == low):
         bound = f"in ({low}, {high}]" if low_open else f"in [{low}, {high}]"
