@@ -94,7 +94,6 @@ teacher 22 s of it), so the full study's 18 clients take about 16 minutes; the q
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +105,7 @@ from tqdm.auto import tqdm
 from fedveil.data import DATASETS
 from fedveil.data.arrays import ArrayDataset
 from fedveil.ecos.cloud_training import CloudSGD, accuracy, train_classifier
-from fedveil.ecos.coverage import coverage_counts, coverage_release
+from fedveil.ecos.coverage import coverage_counts
 from fedveil.ecos.distillation import distill, train_teacher
 from fedveil.ecos.pipeline import CloudPool, ECOSSettings, select
 from fedveil.ecos.selection import ecos_select
@@ -120,51 +119,32 @@ from fedveil.reproduce import (
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
 
-from .ecos_tables import (
+from .ecos_study import (
+    BASE_METHODS,
+    DIAGNOSTIC_EXTRACTORS,
     HOG_OPTIONS,
+    LABELS,
+    MATCHED,
+    Record,
+    accuracy_cell,
+    claim_row,
     extractor_choice_rows,
     id_share,
     matching,
+    paper_convention_epsilon,
     seed_means,
+    stage_seconds,
 )
+from .paper_numbers import paper_numbers
 
+PAPER = paper_numbers(__name__)
 NUM_DOMAINS, NUM_CLASSES = 6, 10
 #: The paper's DomainNet columns; synthetic domain d only sits in column d.
 PAPER_DOMAINS = ("Clipart", "Infograph", "Painting", "Quickdraw", "Real", "Sketch")
 CASES = ("labelling", "distillation")
 CASE_LABELS = {"labelling": "Case 1, selective labelling (Table 5.2)",
                "distillation": "Case 2, distillation (Table 5.3)"}
-BASE_METHODS = ("ecos", "k_center", "random")
-MATCHED = "random_matched"  # the control: Random at ECOS's count
-LABELS = {"ecos": "ECOS", "k_center": "K-Center", "random": "Random", MATCHED: "Random (ECOS's count)"}
-# Table 5.2 bottom, DomainNet (accuracy %: Clipart, Infograph, Painting, Quickdraw, Real, Sketch, Avg)
-PAPER_TABLE_5_2 = {
-    1000: {
-        "ecos": ("88.4±1.5", "52.6±0.9", "90.4±1.7", "84.3±1.6", "92.1±1.2", "87.2±0.5", "82.5"),
-        "k_center": ("86.8±0.3", "50.5±0.9", "89.1±1.4", "27.2±1.8", "92.5±0.1", "85.6±1.4", "72.0"),
-        "random": ("86.9±0.8", "47.4±2.7", "88.6±0.1", "77.9±2.4", "91.4±0.3", "86.9±0.5", "79.9"),
-    },
-    3000: {
-        "ecos": ("93.2±0.4", "58.1±0.6", "92.5±1.1", "89.2±0.9", "94.4±0.2", "92.8±0.2", "86.7"),
-        "k_center": ("93.5±1.1", "56.3±0.3", "92.9±0.3", "60.5±8.7", "94.1±0.2", "92.1±0.7", "81.6"),
-        "random": ("92.5±0.6", "53.6±1.4", "91.7±0.8", "86.1±0.4", "93.5±0.3", "93.0±0.2", "85.1"),
-    },
-}
-# Table 5.3, DomainNet, ResNet50 -> ResNet18 (same columns)
-PAPER_TABLE_5_3 = {
-    1000: {
-        "ecos": ("82.9±0.7", "48.5±2.7", "85.4±1.0", "81.3±2.5", "91.4±0.6", "82.4±1.1", "78.6"),
-        "k_center": ("81.2±0.9", "44.6±0.9", "84.5±2.2", "41.7±1.9", "92.4±0.5", "80.1±2.1", "70.8"),
-        "random": ("83.8±0.7", "44.4±2.1", "83.8±1.6", "76.3±2.2", "90.1±0.6", "80.1±0.7", "76.4"),
-    },
-    3000: {
-        "ecos": ("90.6±0.6", "51.4±1.9", "89.6±1.2", "87.6±0.3", "93.6±0.7", "88.4±1.5", "83.5"),
-        "k_center": ("88.9±2.3", "51.2±0.4", "89.4±0.9", "57.6±4.4", "94.5±0.5", "86.9±0.6", "78.1"),
-        "random": ("88.4±0.8", "47.6±1.9", "89.4±1.0", "84.7±0.2", "93.0±1.0", "86.3±1.2", "81.6"),
-    },
-}
-PAPER_TABLES = {"labelling": PAPER_TABLE_5_2, "distillation": PAPER_TABLE_5_3}
-PAPER_EPSILON = 0.58
+CASE_TABLES = {"labelling": "table_5_2", "distillation": "table_5_3"}  # each case's table in :data:`PAPER`
 #: B.8: 2,000-5,000 images a domain; at 3,500 the cloud of a 50% client holds 0.5 x 3,500 + 5 x 3,500 rows.
 PAPER_POOL_ROWS = 19_250
 #: ... and the client half a domain, 1,750 rows, for which the paper's R = 100 was chosen.
@@ -172,12 +152,6 @@ PAPER_CLIENT_ROWS = 1_750
 PAPER_R = 100
 #: The generator's seed (one fixed data set) and the seed of the held-out test rows.
 DATA_SEED = 0
-DIAGNOSTIC_EXTRACTORS = {
-    "pixels": ("pixels", {"pool": 2}),
-    "hog": ("hog", HOG_OPTIONS),
-    "hog_color": ("hog_color", HOG_OPTIONS),
-}
-Record = dict[str, Any]
 
 
 def domain_name(d: int) -> str:
@@ -278,13 +252,14 @@ class DomainNetStudy:
         return self.ecos
 
     def paper_budget(self, budget: int) -> int:
+        """The paper's budget that ``budget`` stands for."""
         return self.paper_budgets[self.budgets.index(budget)]
 
 
-def domainnet_study(quick: bool) -> DomainNetStudy:
+def study(ctx: ReproductionContext) -> DomainNetStudy:
     """The full study, or the quick one: client domain D0, one seed, 16 + 8 rows per class
     and domain (client 80 rows, pool 880), R = 5, 30 student / 5 teacher epochs."""
-    if not quick:
+    if not ctx.quick:
         return DomainNetStudy()
     rows = 16
     pool = NUM_DOMAINS * NUM_CLASSES * rows - NUM_CLASSES * rows // 2
@@ -375,7 +350,8 @@ def run_client(data: ArrayDataset, test_mask: np.ndarray, study: DomainNetStudy,
     subject = f"client-{client_domain}"
     records: list[Record] = []
 
-    def run(budget: int, method: str, take: int) -> Record:
+    def select_and_train(budget: int, method: str, take: int) -> Record:
+        """Select ``take`` samples for ``method`` (recorded at budget ``budget``), train on them in every case."""
         settings = study.settings_of(method)
         if settings.R not in pools:
             pools[settings.R] = CloudPool(data.x[pool_rows], settings, seed)
@@ -403,9 +379,9 @@ def run_client(data: ArrayDataset, test_mask: np.ndarray, study: DomainNetStudy,
         return base
 
     for budget, method in runs_of(study):
-        base = run(budget, method, budget)
+        base = select_and_train(budget, method, budget)
         if method == "ecos" and study.matched:
-            run(budget, MATCHED, max(base["selected"], 0))
+            select_and_train(budget, MATCHED, max(base["selected"], 0))
     return records, teacher_record
 
 
@@ -434,7 +410,7 @@ def extractor_diagnostic(data: ArrayDataset, test_mask: np.ndarray, study: Domai
     return out
 
 
-def run_study(study: DomainNetStudy, progress: bool = True) -> tuple[list[Record], list[Record], list[Record]]:
+def run(study: DomainNetStudy) -> tuple[list[Record], list[Record], list[Record]]:
     """The extractor diagnostic, then every client's runs, seed by seed: (diagnostic, records, teachers)."""
     data = load_data(study)
     test_mask = held_out(data.groups["domain"].numpy(), data.y.numpy(), study.test_per_class,
@@ -442,14 +418,14 @@ def run_study(study: DomainNetStudy, progress: bool = True) -> tuple[list[Record
     diagnostic = extractor_diagnostic(data, test_mask, study)
     jobs = [(d, seed) for seed in study.seeds for d in study.domains]
     records, teachers = [], []
-    for d, seed in tqdm(jobs, desc="ecos_domainnet", unit="client", disable=not progress, dynamic_ncols=True):
+    for d, seed in tqdm(jobs, desc="ecos_domainnet", unit="client", dynamic_ncols=True):
         runs, teacher = run_client(data, test_mask, study, d, seed)
         records += runs
         teachers.append(teacher)
     return diagnostic, records, teachers
 
 
-# --- aggregation ---------------------------------------------------------------------------
+# --- the report ----------------------------------------------------------------------------
 
 
 def methods_shown(study: DomainNetStudy) -> list[str]:
@@ -460,18 +436,14 @@ def methods_shown(study: DomainNetStudy) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def accuracy_cell(runs: list[Record], domains: list[int]) -> str:
-    """Accuracy % mean±std over seeds per client domain, then the average over domains."""
-    cells = []
-    for d in domains:
-        values = [100 * r["accuracy"] for r in runs if r["domain"] == d]
-        cells.append(f"{st.mean(values):.1f}±{st.std(values):.1f}")
-    return " / ".join(cells + [f"{100 * st.mean(seed_means(runs, 'accuracy')):.1f}"])
+def paper_table(study: DomainNetStudy, case: str, budget: int) -> dict[str, list[str]] | None:
+    """``case``'s table at the paper's budget that ``budget`` stands for (None: not in the table)."""
+    return PAPER[CASE_TABLES[case]].get(str(study.paper_budget(budget)))
 
 
 def paper_cell(study: DomainNetStudy, case: str, budget: int, method: str) -> str:
     """The paper's row of ``method`` in ``case``'s table at the budget ``budget`` stands for, on the study's domains."""
-    paper = PAPER_TABLES[case].get(study.paper_budget(budget), {}).get(method)
+    paper = (paper_table(study, case, budget) or {}).get(method)
     if paper is None:
         return "not in the paper" if method == MATCHED else "no DomainNet number for this row"
     return " / ".join(paper[d] for d in study.domains) + f" / {paper[-1]}"
@@ -500,7 +472,7 @@ def table_rows(study: DomainNetStudy, records: list[Record], teachers: list[Reco
                                       "in-distribution share",
                                       f"{st.mean([r['selected'] for r in runs]):.1f} / "
                                       f"{100 * st.mean([r['id_share'] for r in runs]):.1f}%",
-                                      "up to B (Figs. D.1-D.2)"))
+                                      PAPER["claims"]["selected"]))
     if "distillation" in study.cases and teachers:
         cells = []
         for d in study.domains:
@@ -520,40 +492,28 @@ def claim_rows(study: DomainNetStudy, records: list[Record]) -> list[ResultRow]:
     >= K-Center on average accuracy (Tables 5.2 bottom and 5.3), and >= the control at ECOS's
     count; per budget, ECOS's in-distribution share above Random's and K-Center's."""
     rows = []
-
-    def compare(setting: str, claim: str, low: list[float], high: list[float], paper: str,
-                verdict: Callable[[float, float], str]) -> None:
-        diff, se = st.difference(low, high)
-        measured = f"{100 * st.mean(high):.2f} vs {100 * st.mean(low):.2f} (diff {100 * diff:+.2f} ± {100 * se:.2f} s.e.)"
-        rows.append(ResultRow(setting, claim, measured, paper, verdict(diff, se)))
-
     if "ecos" not in study.methods:
         return rows
     others = [m for m in ("random", "k_center") if m in study.methods] + ([MATCHED] if study.matched else [])
     for case in study.cases:
         for budget in study.budgets:
-            setting, paper = f"{CASE_LABELS[case]}, B={budget}", PAPER_TABLES[case].get(study.paper_budget(budget))
+            setting, paper = f"{CASE_LABELS[case]}, B={budget}", paper_table(study, case, budget)
             ecos = seed_means(records, "accuracy", case=case, budget=budget, method="ecos")
             for other in others:
                 theirs = seed_means(records, "accuracy", case=case, budget=budget, method=other)
                 said = ("not in the paper (control)" if other == MATCHED else
                         f"{paper['ecos'][-1]} vs {paper[other][-1]}" if paper else "ECOS above")
-                compare(setting, f"ECOS >= {LABELS[other]} (average accuracy %)", theirs, ecos, said,
-                        st.at_least_verdict)
+                rows.append(claim_row(setting, f"ECOS >= {LABELS[other]} (average accuracy %)", theirs, ecos, said,
+                                      st.at_least_verdict))
     first = study.cases[0]
     for budget in study.budgets:
         for other in [m for m in ("random", "k_center") if m in study.methods]:
-            compare(f"selection, B={budget}", f"in-distribution share % of the selection: ECOS > {LABELS[other]}",
-                    seed_means(records, "id_share", case=first, budget=budget, method=other),
-                    seed_means(records, "id_share", case=first, budget=budget, method="ecos"),
-                    "ECOS rejects OoD centroids (Fig. 5.3)", st.lower_verdict)
+            rows.append(claim_row(f"selection, B={budget}",
+                                  f"in-distribution share % of the selection: ECOS > {LABELS[other]}",
+                                  seed_means(records, "id_share", case=first, budget=budget, method=other),
+                                  seed_means(records, "id_share", case=first, budget=budget, method="ecos"),
+                                  PAPER["claims"]["id_share"], st.lower_verdict))
     return rows
-
-
-def paper_convention_epsilon(settings: ECOSSettings) -> float:
-    """The ECOS upload's epsilon with the paper's sensitivity 2 (B.4)."""
-    release = coverage_release(settings.sigma, settings.sample_rate, sensitivity=2.0)
-    return PrivacyLedger(settings.accountant).epsilon_of([release], settings.delta)
 
 
 def privacy_rows(study: DomainNetStudy, records: list[Record]) -> list[ResultRow]:
@@ -568,14 +528,15 @@ def privacy_rows(study: DomainNetStudy, records: list[Record]) -> list[ResultRow
     paper_convention = paper_convention_epsilon(ecos)
     baselines = max((r["epsilon"] for r in records if r["selector"] in ("random", "k_center")), default=0.0)
     where = f"sigma {ecos.sigma:g}, gamma {ecos.sample_rate:g}, delta {ecos.delta:g}"
-    close = abs(paper_convention - PAPER_EPSILON) <= 0.05
+    paper_epsilon = PAPER["epsilon"]
+    close = abs(paper_convention - paper_epsilon) <= 0.05
     return [
         ResultRow(where, f"ECOS epsilon (ours: add/remove-one, sensitivity 1, {ecos.accountant.upper()}) at each B, R",
                   "; ".join(f"B={b}, R={r}: {', '.join(f'{e:.4f}' for e in eps)}" for (b, r), eps in by_run.items() if eps),
-                  f"{PAPER_EPSILON} at every B", f"constant in B and R: {constant}"),
+                  f"{paper_epsilon} at every B", f"constant in B and R: {constant}"),
         ResultRow(where, "ECOS epsilon, the paper's convention (sensitivity 2)", f"{paper_convention:.4f}",
-                  PAPER_EPSILON, ("close (within 0.05; gamma is not stated in [D], 0.58 is gamma ~0.76)" if close
-                                  else "differs by more than 0.05")),
+                  paper_epsilon, (f"close (within 0.05; gamma is not stated in [D], {paper_epsilon} is gamma ~0.76)"
+                                  if close else "differs by more than 0.05")),
         ResultRow(where, "K-Center / Random epsilon", f"{baselines:.4f}", 0.0,
                   "matches" if baselines == 0.0 else "does not match"),
     ]
@@ -590,18 +551,15 @@ def cost_rows(study: DomainNetStudy, records: list[Record], teachers: list[Recor
     upload, data = st.mean([r["cost"]["upload_bytes"] for r in ecos]), st.mean([r["client_bytes"] for r in ecos])
     rows = [
         ResultRow("all", "upload: ECOS summary vs the client's data (8-bit pixels), bytes",
-                  f"{upload:,.0f} vs {data:,.0f} ({upload / data:.3%})", "100 (R scores) vs ~198 MB (50% of Sketch)"),
+                  f"{upload:,.0f} vs {data:,.0f} ({upload / data:.3%})", PAPER["upload"]),
         ResultRow("all", f"download: R = {study.ecos.R} centroids (float32 R x d_e), bytes",
                   f"{st.mean([r['cost']['download_bytes'] for r in ecos]):,.0f}",
-                  "51 KB centroid features + 45 MB ResNet18"),
+                  PAPER["download"]),
     ]
-
-    def seconds(runs: list[Record], key: str) -> str:
-        return f"{st.mean([r['cost'][key] for r in runs]):.3f}" if runs else "n/a"
-
     k_center = matching(records, case=first, method="k_center")
-    stages = [seconds(ecos, k) for k in ("cloud_features_s", "cloud_clustering_s", "client_summary_s", "cloud_selection_s")]
-    stages.append(seconds(k_center, "cloud_selection_s"))
+    stages = [stage_seconds(ecos, k)
+              for k in ("cloud_features_s", "cloud_clustering_s", "client_summary_s", "cloud_selection_s")]
+    stages.append(stage_seconds(k_center, "cloud_selection_s"))
     rows.append(ResultRow("all", "seconds: cloud phi / KMeans_R / client summary / ECOS selection / K-Center selection",
                           " / ".join(stages), "no seconds (Fig. D.4 reports MACs)"))
     training = [f"{st.mean([r['train_seconds'] for r in matching(records, case=c)]):.3f}" for c in study.cases]
@@ -625,6 +583,7 @@ def diagnostic_rows(study: DomainNetStudy, diagnostic: list[Record]) -> list[Res
 
 
 def scale_notes(study: DomainNetStudy, quick: bool) -> list[str]:
+    """How the study departs from the paper's DomainNet setting."""
     e, s, t = study.ecos, study.sgd, study.teacher_sgd
     shares = " / ".join(f"{b / study.pool_rows:.1%}" for b in study.budgets)
     notes = [
@@ -695,15 +654,16 @@ def plot(study: DomainNetStudy, records: list[Record], teachers: list[Record], p
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: DomainNetStudy, progress: bool = True) -> ReproductionReport:
-    diagnostic, records, teachers = run_study(study, progress)
+def report(ctx: ReproductionContext, study: DomainNetStudy, diagnostic: list[Record], records: list[Record],
+           teachers: list[Record]) -> ReproductionReport:
+    """The tables beside Tables 5.2 bottom / 5.3, the verdicts, privacy, costs and the phi diagnostic; the figure."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["ecos_domainnet_accuracy.png"]
     plot(study, records, teachers, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="ECOS on a synthetic DomainNet stand-in: selective labelling (Table 5.2 bottom) and distillation "
               "(Table 5.3)",
-        source="Hong, dissertation ch. 5, Tables 5.2 (bottom) and 5.3 (spec 000 part 2, B.3-B.10)",
+        source=PAPER["source"],
         rows=[*table_rows(study, records, teachers), *claim_rows(study, records), *privacy_rows(study, records),
               *cost_rows(study, records, teachers), *diagnostic_rows(study, diagnostic)],
         scale_notes=scale_notes(study, ctx.quick),
@@ -715,4 +675,6 @@ def run_experiment(ctx: ReproductionContext, study: DomainNetStudy, progress: bo
 @REPRODUCTIONS.register("ecos_domainnet", "ECOS vs K-Center vs Random on a synthetic DomainNet stand-in: selective "
                                         "labelling and distillation (Tables 5.2 bottom, 5.3)")
 def ecos_domainnet(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, domainnet_study(ctx.quick))
+    """The study, its runs, then the report."""
+    settings = study(ctx)
+    return report(ctx, settings, *run(settings))

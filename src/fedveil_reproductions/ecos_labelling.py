@@ -19,8 +19,8 @@ K-Center and Random on average accuracy.
 Decisions and scale-downs (the scale notes of each report repeat them):
 
 * Data, phi (``hog_color``), ECOS's settings (R 100, s 1, sigma 25, gamma 0.8), the model and
-  the SGD are those of ``ecos_digits`` (:mod:`.ecos_tables`); the ``ID`` and ``ID+OoD`` clouds
-  of a seed share the client's half.
+  the SGD are those of ``ecos_digits`` (data and settings from :mod:`.ecos_study`); the ``ID``
+  and ``ID+OoD`` clouds of a seed share the client's half.
 * Budgets keep the paper's share of the pool: Table 5.1's 1,000 is 27% of a ~3,700-row ID
   pool (ours 200 of 800) and 1,000 / 8,000 / 16,000 / 32,000 are 3% / 24% / 48% / 96% of a
   ~33,000-row ID+OoD pool (ours 200 / 1,700 / 3,500 / 6,900 of 7,200); Table 5.4's 5,000 is
@@ -62,31 +62,23 @@ from fedveil.reproduce import (
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
 
-from .ecos_tables import (
+from .ecos_study import (
+    BASE_METHODS,
     DOMAIN_NAMES,
+    LABELS,
     NUM_CLASSES,
+    Record,
+    accuracy_cell,
+    claim_row,
     default_ecos,
     load_domains,
     matching,
+    paper_convention_epsilon,
     seed_means,
 )
+from .paper_numbers import paper_numbers
 
-Record = dict[str, Any]
-LABELS = {"ecos": "ECOS", "k_center": "K-Center", "random": "Random"}
-# Table 5.1 (accuracy %, epsilon): cloud, budget -> per domain (MNIST, SVHN, USPS, SynthDigits, MNIST-M) and Avg
-PAPER_TABLE_5_1 = {
-    ("ID", 1000): (("84.3±2.4", "51.6±1.4", "87.1±0.5", "73.2±1.5", "55.5±1.0", "70.4"), 4.42),
-    ("ID+OoD", 1000): (("78.0±3.5", "40.6±1.6", "82.2±2.7", "62.1±1.6", "49.1±1.0", "62.4"), 4.21),
-    ("ID+OoD", 8000): (("82.2±4.1", "47.9±1.8", "85.4±0.5", "64.4±3.6", "53.3±2.2", "66.6"), 5.89),
-    ("ID+OoD", 16000): (("82.6±1.4", "48.5±1.7", "86.7±1.9", "67.5±2.3", "52.0±3.0", "67.4"), 7.17),
-    ("ID+OoD", 32000): (("84.1±1.6", "49.4±0.2", "86.8±2.0", "68.5±0.1", "53.0±2.7", "68.4"), 9.32),
-}
-# Table 5.4, Digits, budget 5,000 (accuracy %; epsilon about 5.3 for every method)
-PAPER_TABLE_5_4 = {
-    "ecos": (("84.2±2.3", "47.9±3.1", "86.1±1.0", "68.6±1.6", "58.4±1.9", "69.0"), 5.35),
-    "k_center": (("81.9±3.4", "48.4±1.2", "82.1±1.2", "69.4±1.9", "55.4±2.0", "67.4"), 5.34),
-    "random": (("81.8±4.1", "45.3±3.0", "81.2±2.3", "65.9±2.7", "55.5±2.6", "65.9"), 5.34),
-}
+PAPER = paper_numbers(__name__)
 
 
 @dataclass
@@ -124,14 +116,15 @@ class LabellingStudy:
             raise ValueError(f"table must be '5.1' or '5.4'; got {self.table!r}.")
         if self.trainer not in ("supervised", "fixmatch"):
             raise ValueError(f"trainer must be 'supervised' or 'fixmatch'; got {self.trainer!r}.")
-        unknown = [m for m in self.methods if m not in LABELS] + [c for c, _, _ in self.cells if c not in ("ID", "ID+OoD")]
+        unknown = [m for m in self.methods if m not in BASE_METHODS]
+        unknown += [c for c, _, _ in self.cells if c not in ("ID", "ID+OoD")]
         if unknown:
-            raise ValueError(f"unknown methods or clouds {unknown}; methods {list(LABELS)}, clouds ID, ID+OoD.")
+            raise ValueError(f"unknown methods or clouds {unknown}; methods {list(BASE_METHODS)}, clouds ID, ID+OoD.")
 
 
-def knn_study(quick: bool) -> LabellingStudy:
+def knn_study(ctx: ReproductionContext) -> LabellingStudy:
     """Table 5.1's full study, or the quick one (one domain and seed, 60 rows per domain)."""
-    if not quick:
+    if not ctx.quick:
         return LabellingStudy(table="5.1", trainer="supervised", max_steps=1500)
     return LabellingStudy(table="5.1", trainer="supervised", sgd=CloudSGD(epochs=5), knn=KNNSettings(k=10, per_class=None), domains=[1],
                           seeds=[1], rows_per_domain=60, test_rows_per_domain=20,
@@ -139,10 +132,10 @@ def knn_study(quick: bool) -> LabellingStudy:
                           k_grid=[5, 10], diagnostic_queries=40)
 
 
-def labelling_study(quick: bool) -> LabellingStudy:
+def labelling_study(ctx: ReproductionContext) -> LabellingStudy:
     """Table 5.4's full study, or the quick one."""
     per_class = KNNSettings(k=200, per_class=12)
-    if not quick:
+    if not ctx.quick:
         return LabellingStudy(table="5.4", knn=per_class, sgd=CloudSGD(epochs=1, steps=400, batch_size=16))
     return LabellingStudy(table="5.4", knn=KNNSettings(k=10, per_class=3), sgd=CloudSGD(epochs=1, steps=20),
                           domains=[1], seeds=[1], rows_per_domain=60, test_rows_per_domain=20, budget=60,
@@ -244,28 +237,29 @@ def k_diagnostic(source: DataSource, study: LabellingStudy) -> list[Record]:
     return out
 
 
-def run_study(ctx: ReproductionContext, study: LabellingStudy, progress: bool = True) -> tuple[list[Record], list[Record]]:
+def run(ctx: ReproductionContext, study: LabellingStudy) -> tuple[list[Record], list[Record]]:
+    """The K diagnostic, then every client's runs, seed by seed: (diagnostic, records)."""
     source = load_domains(ctx, study)
     diagnostic = k_diagnostic(source, study)
     jobs = [(d, seed) for seed in study.seeds for d in study.domains]
     records = []
-    for d, seed in tqdm(jobs, desc=f"ecos table {study.table}", unit="client", disable=not progress, dynamic_ncols=True):
+    for d, seed in tqdm(jobs, desc=f"ecos table {study.table}", unit="client", dynamic_ncols=True):
         records += run_client(source, study, d, seed)
     return diagnostic, records
 
 
-# --- aggregation ---------------------------------------------------------------------------
+# --- the report ----------------------------------------------------------------------------
 
 
-def accuracy_cell(runs: list[Record], domains: list[int]) -> str:
-    """Accuracy % mean±std over seeds per client domain, then the average over domains."""
-    cells = [f"{st.mean(v):.1f}±{st.std(v):.1f}"
-             for v in ([100 * r["accuracy"] for r in runs if r["domain"] == d] for d in domains)]
-    return " / ".join(cells + [f"{100 * st.mean(seed_means(runs, 'accuracy')):.1f}"])
+def paper_cell(paper: dict[str, Any], domains: list[int]) -> str:
+    """A paper row (``accuracy`` per domain and Avg, ``epsilon``) on the study's domains."""
+    accuracy = paper["accuracy"]
+    return " / ".join(accuracy[d] for d in domains) + f" / {accuracy[-1]} (epsilon {paper['epsilon']})"
 
 
-def paper_cell(paper: tuple[tuple[str, ...], float], domains: list[int]) -> str:
-    return " / ".join(paper[0][d] for d in domains) + f" / {paper[0][-1]} (epsilon {paper[1]})"
+def paper_average(cloud: str, budget: str) -> str:
+    """Table 5.1's average accuracy % on ``cloud`` at the paper's ``budget``."""
+    return PAPER["table_5_1"][cloud][budget]["accuracy"][-1]
 
 
 def epsilons(runs: list[Record]) -> str:
@@ -275,22 +269,18 @@ def epsilons(runs: list[Record]) -> str:
     return f"{values[0]:.3f}" if len(values) == 1 else f"{values[0]:.3f} - {values[-1]:.3f}"
 
 
-def compare(rows: list[ResultRow], setting: str, claim: str, low: list[float], high: list[float], paper: str,
-            verdict) -> None:
-    """``high`` claimed above (or at least) ``low``; shown in %."""
-    diff, se = st.difference(low, high)
-    measured = f"{100 * st.mean(high):.2f} vs {100 * st.mean(low):.2f} (diff {100 * diff:+.2f} ± {100 * se:.2f} s.e.)"
-    rows.append(ResultRow(setting, claim, measured, paper, verdict(diff, se)))
-
-
 def table_5_1_rows(study: LabellingStudy, records: list[Record]) -> list[ResultRow]:
+    """Per cell, accuracy and epsilon beside Table 5.1 and the private labels' quality; the
+    verdicts of Table 5.1's claims (OoD rows hurt, a larger budget recovers only part of it,
+    epsilon grows with B)."""
     names = " / ".join(DOMAIN_NAMES[d] for d in study.domains)
     rows = []
     for cloud, budget, paper_budget in study.cells:
         runs = matching(records, cloud=cloud, budget=budget)
         setting = f"{cloud}, B={budget} (paper {paper_budget})"
+        paper = paper_cell(PAPER["table_5_1"][cloud][str(paper_budget)], study.domains)
         rows.append(ResultRow(setting, f"accuracy % {names} / Avg; epsilon", f"{accuracy_cell(runs, study.domains)}; "
-                              f"epsilon {epsilons(runs)}", paper_cell(PAPER_TABLE_5_1[(cloud, paper_budget)], study.domains)))
+                              f"epsilon {epsilons(runs)}", paper))
         rows.append(ResultRow(setting, "private labels: accuracy % / in-distribution share % of the queries",
                               f"{100 * st.mean([r['label_accuracy'] for r in runs]):.1f} / "
                               f"{100 * st.mean([r['id_share'] for r in runs]):.1f}", "not reported"))
@@ -299,23 +289,31 @@ def table_5_1_rows(study: LabellingStudy, records: list[Record]) -> list[ResultR
     if id_cloud == "ID" and same:
         ideal = seed_means(records, "accuracy", cloud="ID", budget=b0)
         small = seed_means(records, "accuracy", cloud="ID+OoD", budget=b0)
-        compare(rows, f"B={b0}", "OoD rows lower the accuracy: ID above ID+OoD", small, ideal, "70.4 vs 62.4",
-                st.lower_verdict)
+        # the paper's numbers for these claims: its smallest (1,000) and largest (32,000) budgets
+        paper_ideal = paper_average("ID", "1000")
+        paper_small, paper_big = paper_average("ID+OoD", "1000"), paper_average("ID+OoD", "32000")
+        rows.append(claim_row(f"B={b0}", "OoD rows lower the accuracy: ID above ID+OoD", small, ideal,
+                              f"{paper_ideal} vs {paper_small}", st.lower_verdict))
         largest = mixed[-1][1]
         big = seed_means(records, "accuracy", cloud="ID+OoD", budget=largest)
-        compare(rows, f"ID+OoD B={b0} -> {largest}", "a larger budget raises the ID+OoD accuracy", small, big,
-                "62.4 -> 68.4", st.lower_verdict)
-        compare(rows, f"ID B={b0} vs ID+OoD B={largest}", "... but only partly: ID at the small budget still above",
-                big, ideal, "70.4 vs 68.4", st.lower_verdict)
+        rows.append(claim_row(f"ID+OoD B={b0} -> {largest}", "a larger budget raises the ID+OoD accuracy", small, big,
+                              f"{paper_small} -> {paper_big}", st.lower_verdict))
+        rows.append(claim_row(f"ID B={b0} vs ID+OoD B={largest}",
+                              "... but only partly: ID at the small budget still above", big, ideal,
+                              f"{paper_ideal} vs {paper_big}", st.lower_verdict))
     eps = [st.mean([r["epsilon"] for r in matching(records, cloud="ID+OoD", budget=b)]) for _, b, _ in mixed]
     grows = all(a < b for a, b in zip(eps, eps[1:]))
+    paper_eps = " < ".join(str(cell["epsilon"]) for cell in PAPER["table_5_1"]["ID+OoD"].values())
     rows.append(ResultRow("ID+OoD", "epsilon grows with B (ours: data-independent, the same for every domain)",
-                          " < ".join(f"{e:.3f}" for e in eps), "4.21 < 5.89 < 7.17 < 9.32 (data-dependent)",
+                          " < ".join(f"{e:.3f}" for e in eps), f"{paper_eps} (data-dependent)",
                           "holds" if grows else "does not hold"))
     return rows
 
 
 def table_5_4_rows(study: LabellingStudy, records: list[Record]) -> list[ResultRow]:
+    """Per method, accuracy and epsilon beside Table 5.4 and the released labels; the verdicts
+    of ECOS against the other methods."""
+    table_5_4 = PAPER["table_5_4"]
     names = " / ".join(DOMAIN_NAMES[d] for d in study.domains)
     setting = f"OoD cloud, B={study.budget} (paper {study.paper_budget}), {study.knn.per_class} labels per class"
     rows = []
@@ -323,20 +321,21 @@ def table_5_4_rows(study: LabellingStudy, records: list[Record]) -> list[ResultR
         runs = matching(records, method=method)
         rows.append(ResultRow(setting, f"{LABELS[method]}: accuracy % {names} / Avg; epsilon",
                               f"{accuracy_cell(runs, study.domains)}; epsilon {epsilons(runs)}",
-                              paper_cell(PAPER_TABLE_5_4[method], study.domains)))
+                              paper_cell(table_5_4[method], study.domains)))
         rows.append(ResultRow(setting, f"{LABELS[method]}: labels released / their accuracy %",
                               f"{st.mean([r['released'] for r in runs]):.1f} / "
-                              f"{100 * st.mean([r['label_accuracy'] for r in runs]):.1f}", "600 labels (not scored)"))
+                              f"{100 * st.mean([r['label_accuracy'] for r in runs]):.1f}",
+                              f"{PAPER['labels_released']} labels (not scored)"))
     if "ecos" in study.methods:
         ecos = seed_means(records, "accuracy", method="ecos")
         for other in [m for m in study.methods if m != "ecos"]:
-            paper = f"{PAPER_TABLE_5_4['ecos'][0][-1]} vs {PAPER_TABLE_5_4[other][0][-1]}"
-            compare(rows, setting, f"ECOS >= {LABELS[other]} (average accuracy %)",
-                    seed_means(records, "accuracy", method=other), ecos, paper, st.at_least_verdict)
-            compare(rows, setting, f"ECOS's released labels more accurate than {LABELS[other]}'s (%)",
-                    seed_means(records, "label_accuracy", method=other), seed_means(records, "label_accuracy",
-                                                                                     method="ecos"),
-                    "not reported (why ECOS helps, B.6)", st.lower_verdict)
+            paper = f"{table_5_4['ecos']['accuracy'][-1]} vs {table_5_4[other]['accuracy'][-1]}"
+            rows.append(claim_row(setting, f"ECOS >= {LABELS[other]} (average accuracy %)",
+                                  seed_means(records, "accuracy", method=other), ecos, paper, st.at_least_verdict))
+            rows.append(claim_row(setting, f"ECOS's released labels more accurate than {LABELS[other]}'s (%)",
+                                  seed_means(records, "label_accuracy", method=other),
+                                  seed_means(records, "label_accuracy", method="ecos"),
+                                  "not reported (why ECOS helps, B.6)", st.lower_verdict))
     return rows
 
 
@@ -352,13 +351,14 @@ def privacy_rows(study: LabellingStudy, records: list[Record]) -> list[ResultRow
                              "sensitivity sqrt 2)", f"{knn:.3f}", "data-dependent in the paper (Tables 5.1, 5.4)")]
     if study.table == "5.4" and "ecos" in study.methods:
         ours = ledger.epsilon_of([coverage_release(e.sigma, e.sample_rate)], delta)
-        theirs = ledger.epsilon_of([coverage_release(e.sigma, e.sample_rate, sensitivity=2.0)], delta)
+        theirs = paper_convention_epsilon(e)
         total = st.mean([r["epsilon"] for r in matching(records, method="ecos")])
+        paper_total = PAPER["table_5_4"]["ecos"]["epsilon"]
         rows.append(ResultRow(where, "ECOS upload alone: ours (sensitivity 1) / the paper's convention (2)",
-                              f"{ours:.4f} / {theirs:.4f}", 0.22))
+                              f"{ours:.4f} / {theirs:.4f}", PAPER["ecos_upload_epsilon"]))
         rows.append(ResultRow(where, "client total, ECOS upload + labelling (composed in one ledger)", f"{total:.3f}",
-                              PAPER_TABLE_5_4["ecos"][1], "above: our labelling is accounted data-independently"
-                              if total > PAPER_TABLE_5_4["ecos"][1] else "at or below the paper's"))
+                              paper_total, "above: our labelling is accounted data-independently"
+                              if total > paper_total else "at or below the paper's"))
     return rows
 
 
@@ -398,6 +398,7 @@ def diagnostic_rows(study: LabellingStudy, diagnostic: list[Record]) -> list[Res
 
 
 def scale_notes(study: LabellingStudy, records: list[Record], quick: bool) -> list[str]:
+    """How the study departs from the paper's Table 5.1 / 5.4 setting."""
     e, k, s = study.ecos, study.knn, study.sgd
     pools = {c: st.mean([r["pool_rows"] for r in matching(records, cloud=c)]) for c in sorted({r["cloud"] for r in records})}
     clients = st.mean([r["client_rows"] for r in records])
@@ -473,8 +474,9 @@ def plot(study: LabellingStudy, records: list[Record], path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: LabellingStudy, progress: bool = True) -> ReproductionReport:
-    diagnostic, records = run_study(ctx, study, progress)
+def report(ctx: ReproductionContext, study: LabellingStudy, diagnostic: list[Record],
+           records: list[Record]) -> ReproductionReport:
+    """The rows beside Table 5.1 or 5.4 with their verdicts, privacy, costs and the K diagnostic; the figure."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figure = "ecos_knn.png" if study.table == "5.1" else "ecos_labelling.png"
     plot(study, records, ctx.out_dir / figure)
@@ -484,7 +486,7 @@ def run_experiment(ctx: ReproductionContext, study: LabellingStudy, progress: bo
              "(Table 5.4 protocol, use case 3)")
     return ReproductionReport(
         title=title,
-        source=f"Hong, dissertation ch. 5, Table {study.table} (spec 000 part 2, B.5, B.6, B.8-B.10)",
+        source=PAPER["source"][study.table],
         rows=[*rows, *privacy_rows(study, records), *cost_rows(study, records), *diagnostic_rows(study, diagnostic)],
         scale_notes=scale_notes(study, records, ctx.quick),
         extra={"study": asdict(study), "records": records, "diagnostic": diagnostic},
@@ -494,9 +496,13 @@ def run_experiment(ctx: ReproductionContext, study: LabellingStudy, progress: bo
 
 @REPRODUCTIONS.register("ecos_knn_digits", "private kNN labels of random cloud samples, ID vs ID+OoD (ECOS Table 5.1)")
 def ecos_knn_digits(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, knn_study(ctx.quick))
+    """Table 5.1's study, its runs, then the report."""
+    settings = knn_study(ctx)
+    return report(ctx, settings, *run(ctx, settings))
 
 
 @REPRODUCTIONS.register("ecos_labelling_digits", "ECOS / K-Center / Random + private kNN client labelling (Table 5.4)")
 def ecos_labelling_digits(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, labelling_study(ctx.quick))
+    """Table 5.4's study, its runs, then the report."""
+    settings = labelling_study(ctx)
+    return report(ctx, settings, *run(ctx, settings))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -45,13 +44,16 @@ from fedveil.reproduce import (
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
 
-from .ecos_tables import DOMAIN_NAMES, default_ecos, load_domains, seed_means
+from .ecos_study import DOMAIN_NAMES, Record, default_ecos, load_domains, seed_means
+from .paper_numbers import paper_numbers
 
-Record = dict[str, Any]
+PAPER = paper_numbers(__name__)
 
 
 @dataclass
 class SweepStudy:
+    """The R and s grids, the budgets (standing for ``paper_budgets``), client domains and seeds."""
+
     ecos: ECOSSettings = field(default_factory=default_ecos)
     R_grid: list[int] = field(default_factory=lambda: [10, 25, 50, 100, 200])
     s_grid: list[float] = field(default_factory=lambda: [1.0, 2.0, 3.0, 5.0])
@@ -70,8 +72,9 @@ class SweepStudy:
             raise ValueError(f"R_grid must hold the study's R = {self.ecos.R} and s_grid must hold s = 1.")
 
 
-def sweep_study(quick: bool) -> SweepStudy:
-    if not quick:
+def study(ctx: ReproductionContext) -> SweepStudy:
+    """The full study, or the quick one: one domain and seed, 60 rows per domain, two R, two s, two budgets."""
+    if not ctx.quick:
         return SweepStudy()
     return SweepStudy(R_grid=[5, 100], s_grid=[1.0, 5.0], budgets=[20, 100], paper_budgets=[1000, 8000],
                       domains=[1], seeds=[1], rows_per_domain=60, test_rows_per_domain=20)
@@ -104,11 +107,12 @@ def run_client(source: DataSource, study: SweepStudy, d: int, seed: int) -> list
     return records
 
 
-def run_study(ctx: ReproductionContext, study: SweepStudy, progress: bool = True) -> list[Record]:
+def run(ctx: ReproductionContext, study: SweepStudy) -> list[Record]:
+    """Every client's selections, seed by seed."""
     source = load_domains(ctx, study)
     jobs = [(d, seed) for seed in study.seeds for d in study.domains]
     records = []
-    for d, seed in tqdm(jobs, desc="ecos_sweeps", unit="client", disable=not progress, dynamic_ncols=True):
+    for d, seed in tqdm(jobs, desc="ecos_sweeps", unit="client", dynamic_ncols=True):
         records += run_client(source, study, d, seed)
     return records
 
@@ -119,7 +123,8 @@ def best_R(records: list[Record], budget: int, Rs: list[int]) -> int:
 
 
 def rows_of(study: SweepStudy, records: list[Record]) -> list[ResultRow]:
-    rows = []
+    """ID share and samples selected per R and s, and the verdicts of the figures' claims."""
+    claims, rows = PAPER["claims"], []
     budgets = " / ".join(f"{b} ({p})" for b, p in zip(study.budgets, study.paper_budgets))
     r_grid = [(R, 1.0) for R in study.R_grid]
     s_grid = [(study.ecos.R, s) for s in study.s_grid if s != 1.0]  # s = 1 is the R sweep's R = study.ecos.R row
@@ -136,12 +141,12 @@ def rows_of(study: SweepStudy, records: list[Record]) -> list[ResultRow]:
     small, large = study.budgets[0], study.budgets[-1]
     at_small, at_large = best_R(records, small, study.R_grid), best_R(records, large, study.R_grid)
     rows.append(ResultRow("Fig. D.1", f"a small budget wants a larger R: best R at B={small} >= best R at B={large}",
-                          f"{at_small} vs {at_large}", "small budgets want larger R",
+                          f"{at_small} vs {at_large}", claims["small_budget_R"],
                           "holds" if at_small > at_large else
                           "not shown: the same R is best at both budgets" if at_small == at_large else "does not hold"))
     top = max(study.R_grid)
     rows.append(ResultRow("Fig. D.1", f"at B={large} the largest R ({top}) is not the best (noise on small counts)",
-                          f"best R = {at_large}", "larger R lowers ID-TPR at budget 8,000",
+                          f"best R = {at_large}", claims["large_budget_R"],
                           "holds" if at_large != top else "does not hold"))
     s_top = max(study.s_grid)
 
@@ -153,15 +158,15 @@ def rows_of(study: SweepStudy, records: list[Record]) -> list[ResultRow]:
     compare("Fig. D.2", f"a larger s raises the ID share at B={small}: s = {s_top:g} above s = 1",
             seed_means(records, "id_share", R=study.ecos.R, s=1.0, budget=small, counts="noisy"),
             seed_means(records, "id_share", R=study.ecos.R, s=s_top, budget=small, counts="noisy"),
-            "larger s better for small budgets", 100, "%")
+            claims["small_budget_s"], 100, "%")
     for s in [s for s in study.s_grid if s >= 3]:
         compare("Fig. D.2", f"at B={large} s = 1 selects more samples than s = {s:g}",
                 seed_means(records, "selected", R=study.ecos.R, s=s, budget=large, counts="noisy"),
                 seed_means(records, "selected", R=study.ecos.R, s=1.0, budget=large, counts="noisy"),
-                "s >= 3 cuts effective samples for budgets > 2,000", 1, "")
+                claims["large_budget_s"], 1, "")
     epsilons = {R: plan(dataclasses.replace(study.ecos, R=R)).epsilon for R in study.R_grid}
     rows.append(ResultRow("B.4", "the upload's epsilon at every R (one upload, whatever R, s or B)",
-                          "; ".join(f"R={R}: {e:.4f}" for R, e in epsilons.items()), "independent of R",
+                          "; ".join(f"R={R}: {e:.4f}" for R, e in epsilons.items()), claims["epsilon"],
                           "holds" if max(epsilons.values()) - min(epsilons.values()) <= 1e-12 else "does not hold"))
     return rows
 
@@ -201,6 +206,7 @@ def plot(study: SweepStudy, records: list[Record], path: Path) -> None:
 
 
 def scale_notes(study: SweepStudy, records: list[Record], quick: bool) -> list[str]:
+    """How the study departs from the figures' setting."""
     e = study.ecos
     pool = st.mean([r["pool_id_share"] for r in records])
     notes = [
@@ -217,13 +223,13 @@ def scale_notes(study: SweepStudy, records: list[Record], quick: bool) -> list[s
     return notes
 
 
-def run_experiment(ctx: ReproductionContext, study: SweepStudy, progress: bool = True) -> ReproductionReport:
-    records = run_study(ctx, study, progress)
+def report(ctx: ReproductionContext, study: SweepStudy, records: list[Record]) -> ReproductionReport:
+    """The rows per R and s with the figures' claims; the figure."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot(study, records, ctx.out_dir / "ecos_sweeps.png")
     return ReproductionReport(
         title="ECOS compression size R and score scale s (Figs. D.1-D.2 protocol, selection only)",
-        source="Hong, dissertation App. D.2.2-D.2.3, Figs. D.1 and D.2 (spec 000 part 2, B.3, B.10; no numbers)",
+        source=PAPER["source"],
         rows=rows_of(study, records),
         scale_notes=scale_notes(study, records, ctx.quick),
         extra={"study": asdict(study), "records": records},
@@ -233,4 +239,6 @@ def run_experiment(ctx: ReproductionContext, study: SweepStudy, progress: bool =
 
 @REPRODUCTIONS.register("ecos_sweeps", "ECOS in-distribution share vs compression size R and score scale s (Figs. D.1-D.2)")
 def ecos_sweeps(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, sweep_study(ctx.quick))
+    """The study, its selections, then the report."""
+    settings = study(ctx)
+    return report(ctx, settings, run(ctx, settings))

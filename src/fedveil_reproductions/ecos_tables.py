@@ -56,7 +56,6 @@ Decisions on the open points:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,11 +64,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedveil.data import DATASETS
-from fedveil.data.loaders.digit_domains import DOMAINS
 from fedveil.data.source import DataSource
 from fedveil.ecos.cloud_training import CloudSGD, accuracy, train_classifier
-from fedveil.ecos.coverage import coverage_counts, coverage_release
+from fedveil.ecos.coverage import coverage_counts
 from fedveil.ecos.pipeline import CloudPool, ECOSSettings, select
 from fedveil.ecos.selection import ecos_select
 from fedveil.ecos.splits import CLOUDS, split_rows
@@ -83,52 +80,38 @@ from fedveil.reproduce import (
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
 
-DOMAIN_NAMES = tuple(DOMAINS)
-NUM_CLASSES = 10
-BASE_METHODS = ("ecos", "k_center", "random")  # Table 5.2's rows; proximity-only is the ablation
-MATCHED = "random_matched"  # the control: Random at ECOS's count
+from .ecos_study import (
+    BASE_METHODS,
+    DIAGNOSTIC_EXTRACTORS,
+    DOMAIN_NAMES,
+    LABELS,
+    MATCHED,
+    NUM_CLASSES,
+    Record,
+    accuracy_cell,
+    claim_row,
+    default_ecos,
+    extractor_choice_rows,
+    id_share,
+    load_domains,
+    matching,
+    paper_convention_epsilon,
+    seed_means,
+    stage_seconds,
+)
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 POOL_SHARE = "ecos_pool_share"  # ECOS with Alg. 5.1 line 9's printed pool-share cap
-LABELS = {"ecos": "ECOS", "k_center": "K-Center", "random": "Random", "proximity": "Proximity-only",
-          MATCHED: "Random (ECOS's count)", POOL_SHARE: "ECOS (pool-share cap, as printed)"}
-# Table 5.2, Digits (accuracy %: MNIST, SVHN, USPS, SynthDigits, MNIST-M, Avg); epsilon 0.22 for Ours
-PAPER_TABLE_5_2 = {
-    2000: {
-        "ecos": ("97.3±0.1", "68.7±0.3", "90.8±0.1", "84.4±0.6", "70.4±0.6", "82.3"),
-        "k_center": ("96.7±0.3", "65.1±1.3", "90.1±0.7", "80.2±1.1", "70.1±0.3", "80.4"),
-        "random": ("96.5±0.3", "64.0±0.3", "91.6±1.0", "83.8±0.3", "70.9±0.6", "81.4"),
-    },
-    5000: {
-        "ecos": ("98.1±0.2", "74.6±1.0", "93.5±0.3", "91.2±0.4", "74.5±0.5", "86.4"),
-        "k_center": ("97.9±0.2", "72.3±0.6", "92.7±0.9", "89.6±0.3", "74.0±0.5", "85.3"),
-        "random": ("97.6±0.3", "70.0±0.3", "93.0±0.6", "89.7±0.4", "73.9±0.7", "84.8"),
-    },
-}
-PAPER_EPSILON = 0.22
-# Table 5.5 (DomainNet, client labelling, B = 3000): average accuracy %
-PAPER_TABLE_5_5 = {"random": 40.4, "proximity": 35.2, "k_center": 42.0, "ecos": 43.2}
-Record = dict[str, Any]
-
-
-HOG_OPTIONS = {"cells": 4, "bins": 9, "block": 1}
-#: The extractors compared by :func:`extractor_diagnostic` (name: (phi, options)).
-DIAGNOSTIC_EXTRACTORS = {
-    "pixels": ("pixels", {"pool": 2}),
-    "hog": ("hog", HOG_OPTIONS),
-    "hog_color": ("hog_color", HOG_OPTIONS),
-}
+#: The ablations' names beside :data:`LABELS` (Table 5.2's methods and the control).
+ABLATION_LABELS = {"proximity": "Proximity-only", POOL_SHARE: "ECOS (pool-share cap, as printed)"}
 
 
 def label(method: str) -> str:
     """The table's name of a run's method (``ecos_R<R>``: ECOS with R centroids)."""
     if method.startswith("ecos_R"):
         return f"ECOS (R = {method[len('ecos_R'):]})"
-    return LABELS[method]
-
-
-def default_ecos() -> ECOSSettings:
-    """B.3-B.4's Digits choice (R = 100, s = 1, sigma 25, gamma 0.8, PLD at delta 1e-5), with
-    ``hog_color`` features (picked by :func:`extractor_diagnostic`) and line 9's cluster-size cap."""
-    return ECOSSettings(extractor="hog_color", extractor_options=HOG_OPTIONS, cap="cluster_size")
+    return LABELS.get(method) or ABLATION_LABELS[method]
 
 
 @dataclass
@@ -188,21 +171,13 @@ class ECOSStudy:
         return self.paper_budgets[self.budgets.index(budget)]
 
 
-def ecos_study(quick: bool) -> ECOSStudy:
+def study(ctx: ReproductionContext) -> ECOSStudy:
     """The full study, or the quick one: one client domain (SVHN-like, the spec's analysis
     client), one budget and seed, 60 + 20 rows per domain, 5 epochs."""
-    if not quick:
+    if not ctx.quick:
         return ECOSStudy()
     return ECOSStudy(sgd=CloudSGD(epochs=5), domains=[1], budgets=[50], paper_budgets=[2000], ablation_budget=50,
                      seeds=[1], rows_per_domain=60, test_rows_per_domain=20)
-
-
-def load_domains(ctx: ReproductionContext, study: ECOSStudy) -> DataSource:
-    """The five digit domains from the MNIST rows under ``ctx.data_root`` (no download)."""
-    return DATASETS.get("digit_domains_synthetic")(
-        ctx.data_dir("mnist-10k", "mnist"), download=False, seed=0, rows_per_domain=study.rows_per_domain,
-        test_rows_per_domain=study.test_rows_per_domain, size=study.size,
-    )
 
 
 #: The pipeline's selection method of each run's method.
@@ -228,11 +203,6 @@ def runs_of(study: ECOSStudy, cloud: str) -> list[tuple[int, str]]:
     return runs
 
 
-def id_share(domain: np.ndarray, chosen: np.ndarray, client_domain: int) -> float:
-    """The share of the ``chosen`` pool rows that come from the client's domain (0 for none)."""
-    return float(np.mean(domain[chosen] == client_domain)) if chosen.size else 0.0
-
-
 def run_client(source: DataSource, study: ECOSStudy, cloud: str, client_domain: int, seed: int) -> list[Record]:
     """Every (budget, method) run for one client domain and seed on one cloud; each private
     selection has its own ledger (one upload), so its epsilon is the upload's."""
@@ -246,7 +216,7 @@ def run_client(source: DataSource, study: ECOSStudy, cloud: str, client_domain: 
     subject = DOMAIN_NAMES[client_domain]
     records = []
 
-    def run(budget: int, method: str, take: int) -> Record:
+    def select_and_train(budget: int, method: str, take: int) -> Record:
         """Select ``take`` samples for ``method``, recorded at nominal budget ``budget``."""
         settings = study.settings_of(method)
         if settings.R not in pools:
@@ -270,9 +240,9 @@ def run_client(source: DataSource, study: ECOSStudy, cloud: str, client_domain: 
         return record
 
     for budget, method in runs_of(study, cloud):
-        record = run(budget, method, budget)
+        record = select_and_train(budget, method, budget)
         if method == "ecos":
-            run(budget, MATCHED, record["selected"])
+            select_and_train(budget, MATCHED, record["selected"])
     return records
 
 
@@ -301,43 +271,28 @@ def extractor_diagnostic(source: DataSource, study: ECOSStudy) -> list[Record]:
     return out
 
 
-def run_study(ctx: ReproductionContext, study: ECOSStudy, progress: bool = True) -> tuple[list[Record], list[Record]]:
-    """The extractor diagnostic, then all clients' runs, seed by seed."""
+def run(ctx: ReproductionContext, study: ECOSStudy) -> tuple[list[Record], list[Record]]:
+    """The extractor diagnostic, then all clients' runs, seed by seed: (diagnostic, records)."""
     source = load_domains(ctx, study)
     diagnostic = extractor_diagnostic(source, study)
     jobs = [(cloud, d, seed) for seed in study.seeds for cloud in study.clouds for d in study.domains]
     records = []
-    for cloud, d, seed in tqdm(jobs, desc="ecos_digits", unit="client", disable=not progress, dynamic_ncols=True):
+    for cloud, d, seed in tqdm(jobs, desc="ecos_digits", unit="client", dynamic_ncols=True):
         records += run_client(source, study, cloud, d, seed)
     return diagnostic, records
 
 
-# --- aggregation ---------------------------------------------------------------------------
+# --- the report ----------------------------------------------------------------------------
 
 
-def matching(records: list[Record], **keys: Any) -> list[Record]:
-    return [r for r in records if all(r[k] == v for k, v in keys.items())]
-
-
-def seed_means(records: list[Record], key: str, **keys: Any) -> list[float]:
-    """Per seed, the mean of ``key`` over the client domains of the matching records."""
-    chosen = matching(records, **keys)
-    seeds = sorted({r["seed"] for r in chosen})
-    return [st.mean([r[key] for r in chosen if r["seed"] == s]) for s in seeds]
-
-
-def accuracy_cell(runs: list[Record], domains: list[int]) -> str:
-    """Accuracy % mean±std over seeds per client domain, then the average over domains."""
-    cells = []
-    for d in domains:
-        values = [100 * r["accuracy"] for r in runs if r["domain"] == d]
-        cells.append(f"{st.mean(values):.1f}±{st.std(values):.1f}")
-    return " / ".join(cells + [f"{st.mean(seed_means(runs, 'accuracy')) * 100:.1f}"])
+def paper_table(study: ECOSStudy, budget: int) -> dict[str, list[str]] | None:
+    """Table 5.2 at the paper's budget that ``budget`` stands for (None: not in the table)."""
+    return PAPER["table_5_2"].get(str(study.paper_budget(budget)))
 
 
 def paper_cell(study: ECOSStudy, budget: int, method: str) -> str:
     """Table 5.2's row for ``method`` at the paper budget ``budget`` stands for, on the study's domains."""
-    paper = PAPER_TABLE_5_2.get(study.paper_budget(budget), {}).get(method)
+    paper = (paper_table(study, budget) or {}).get(method)
     if paper is None:
         return "no Digits number in the paper"
     return " / ".join(paper[d] for d in study.domains) + f" / {paper[-1]}"
@@ -358,7 +313,8 @@ def table_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
                                       accuracy_cell(runs, study.domains), paper_cell(study, budget, method)))
                 share = "n/a (no ID rows)" if cloud == "OoD" else f"{100 * st.mean([r['id_share'] for r in runs]):.1f}%"
                 rows.append(ResultRow(setting, f"{label(method)}: samples selected (of B) / in-distribution share",
-                                      f"{st.mean([r['selected'] for r in runs]):.1f} / {share}", "up to B (Figs. D.1-D.2)"))
+                                      f"{st.mean([r['selected'] for r in runs]):.1f} / {share}",
+                                      PAPER["claims"]["selected"]))
     return rows
 
 
@@ -370,17 +326,10 @@ def claim_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
     ``ablation_R`` variants."""
     rows = []
     others = [m for m in ("random", "k_center") if m in study.methods] + [MATCHED]
-
-    def compare(setting: str, claim: str, low: list[float], high: list[float], paper: str,
-                verdict: Callable[[float, float], str]) -> None:
-        """``high`` claimed above (or at least) ``low``; accuracies and shares shown in %."""
-        diff, se = st.difference(low, high)
-        measured = f"{100 * st.mean(high):.2f} vs {100 * st.mean(low):.2f} (diff {100 * diff:+.2f} ± {100 * se:.2f} s.e.)"
-        rows.append(ResultRow(setting, claim, measured, paper, verdict(diff, se)))
-
+    table_5_5 = PAPER["table_5_5"]
     for cloud in study.clouds if "ecos" in study.methods else []:
         for budget in study.budgets:
-            setting, paper = f"{cloud}, B={budget}", PAPER_TABLE_5_2.get(study.paper_budget(budget))
+            setting, paper = f"{cloud}, B={budget}", paper_table(study, budget)
             ecos = seed_means(records, "accuracy", cloud=cloud, budget=budget, method="ecos")
             for other in others:
                 theirs = seed_means(records, "accuracy", cloud=cloud, budget=budget, method=other)
@@ -388,20 +337,21 @@ def claim_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
                     said = "not in the paper (control)"
                 else:
                     said = f"{paper['ecos'][-1]} vs {paper[other][-1]}" if paper else "ECOS above"
-                compare(setting, f"ECOS >= {LABELS[other]} (average accuracy %)", theirs, ecos, said, st.at_least_verdict)
+                rows.append(claim_row(setting, f"ECOS >= {LABELS[other]} (average accuracy %)", theirs, ecos, said,
+                                      st.at_least_verdict))
             if cloud == "ID+OoD" and "random" in study.methods:
-                compare(setting, "in-distribution share % of the selection: ECOS > Random",
-                        seed_means(records, "id_share", cloud=cloud, budget=budget, method="random"),
-                        seed_means(records, "id_share", cloud=cloud, budget=budget, method="ecos"),
-                        "ECOS rejects OoD centroids (Fig. 5.3)", st.lower_verdict)
+                rows.append(claim_row(setting, "in-distribution share % of the selection: ECOS > Random",
+                                      seed_means(records, "id_share", cloud=cloud, budget=budget, method="random"),
+                                      seed_means(records, "id_share", cloud=cloud, budget=budget, method="ecos"),
+                                      PAPER["claims"]["id_share"], st.lower_verdict))
     if "ID+OoD" in study.clouds and study.ablation_budget is not None:
         b = study.ablation_budget
         proximity = seed_means(records, "accuracy", cloud="ID+OoD", budget=b, method="proximity")
         for other in [m for m in ("random", "ecos") if m in study.methods]:
             theirs = seed_means(records, "accuracy", cloud="ID+OoD", budget=b, method=other)
-            paper = f"{PAPER_TABLE_5_5[other]} vs {PAPER_TABLE_5_5['proximity']} (Table 5.5, DomainNet)"
-            compare(f"ID+OoD, B={b}", f"{LABELS[other]} > proximity-only (average accuracy %)", proximity, theirs, paper,
-                    st.lower_verdict)
+            paper = f"{table_5_5[other]} vs {table_5_5['proximity']} (Table 5.5, DomainNet)"
+            rows.append(claim_row(f"ID+OoD, B={b}", f"{LABELS[other]} > proximity-only (average accuracy %)",
+                                  proximity, theirs, paper, st.lower_verdict))
         variants = [m for bm, m in runs_of(study, "ID+OoD") if bm == b and m != "proximity" and selector(m) == "ecos"
                     and m != "ecos"]
         for variant in variants:
@@ -414,8 +364,8 @@ def claim_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
                                           f"{st.mean(ours):.1f} vs {st.mean(theirs):.1f}", "not in the paper",
                                           "comparison, not a claim"))
                     continue
-                compare(f"ID+OoD, B={b}", f"ECOS vs {label(variant)}: {what}", theirs, ours, "not in the paper",
-                        lambda diff, se: "comparison, not a claim")
+                rows.append(claim_row(f"ID+OoD, B={b}", f"ECOS vs {label(variant)}: {what}", theirs, ours,
+                                      "not in the paper", lambda diff, se: "comparison, not a claim"))
     return rows
 
 
@@ -428,36 +378,6 @@ def diagnostic_rows(study: ECOSStudy, diagnostic: list[Record]) -> list[ResultRo
                                  "no number (the paper's phi: HOG or a pretrained ResNet18)")
 
 
-def extractor_choice_rows(setting: str, domain_names: list[str], study: Any, diagnostic: list[Record],
-                          paper: str) -> list[ResultRow]:
-    """A phi diagnostic's in-distribution shares per extractor and budget (per client domain
-    and their mean), and whether the study's phi has the highest mean share.  ``study`` has
-    ``ecos``, ``domains``, ``budgets`` and ``diagnostic_extractors``; ``diagnostic`` records
-    carry ``extractor``, ``domain``, ``budget``, ``id_share`` and ``pool_id_share``."""
-    if not diagnostic:
-        return []
-    e, names = study.ecos, " / ".join(domain_names)
-    pool_share = st.mean([r["pool_id_share"] for r in diagnostic])
-    rows, means = [], {}
-    for name, (extractor, options) in study.diagnostic_extractors.items():
-        for budget in study.budgets:
-            runs = matching(diagnostic, extractor=name, budget=budget)
-            cells = [f"{100 * r['id_share']:.1f}" for d in study.domains for r in runs if r["domain"] == d]
-            mean = st.mean([r["id_share"] for r in runs])
-            means.setdefault(name, []).append(mean)
-            rows.append(ResultRow(setting, f"{name} ({extractor} {options}): in-distribution share % at B={budget}, "
-                                           f"{names} / Avg (pool: {100 * pool_share:.1f}%)",
-                                  " / ".join(cells + [f"{100 * mean:.1f}"]), paper))
-    chosen = [n for n, (x, o) in study.diagnostic_extractors.items() if (x, o) == (e.extractor, e.extractor_options)]
-    best = max(means, key=lambda n: st.mean(means[n]))
-    measured = "; ".join(f"{n}: {100 * st.mean(v):.1f}%" for n, v in means.items())
-    verdict = ("holds" if chosen and st.mean(means[chosen[0]]) >= st.mean(means[best]) else
-               f"does not hold (best: {best})")
-    rows.append(ResultRow(setting, f"the study's phi ({e.extractor} {e.extractor_options}) has the highest mean share",
-                          measured, "the experimenter's choice (no pretrained phi offline)", verdict))
-    return rows
-
-
 def privacy_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
     """Epsilon of ECOS (ours and the paper's convention) and of the baselines, and whether it
     stays constant in B (B.4: one upload, whatever the budget)."""
@@ -465,16 +385,16 @@ def privacy_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
     by_budget = {b: sorted({r["epsilon"] for r in matching(records, budget=b, method="ecos")}) for b in study.budgets}
     values = sorted({e for eps in by_budget.values() for e in eps})
     constant = "holds" if values and values[-1] - values[0] <= 1e-12 else "does not hold"
-    paper_release = coverage_release(ecos.sigma, ecos.sample_rate, sensitivity=2.0)
-    paper_convention = PrivacyLedger(ecos.accountant).epsilon_of([paper_release], ecos.delta)
+    paper_convention = paper_convention_epsilon(ecos)
     baselines = max((r["epsilon"] for r in records if r["method"] in ("random", "k_center", MATCHED)), default=0.0)
     where = f"sigma {ecos.sigma:g}, gamma {ecos.sample_rate:g}, delta {ecos.delta:g}"
-    close = abs(paper_convention - PAPER_EPSILON) <= 0.01
+    paper_epsilon = PAPER["epsilon"]
+    close = abs(paper_convention - paper_epsilon) <= 0.01
     return [
         ResultRow(where, f"ECOS epsilon (ours: add/remove-one, sensitivity 1, {ecos.accountant.upper()}) at each B",
                   "; ".join(f"B={b}: {', '.join(f'{e:.4f}' for e in eps)}" for b, eps in by_budget.items()),
-                  f"{PAPER_EPSILON} at every B", f"constant in B: {constant}"),
-        ResultRow(where, "ECOS epsilon, the paper's convention (sensitivity 2)", f"{paper_convention:.4f}", PAPER_EPSILON,
+                  f"{paper_epsilon} at every B", f"constant in B: {constant}"),
+        ResultRow(where, "ECOS epsilon, the paper's convention (sensitivity 2)", f"{paper_convention:.4f}", paper_epsilon,
                   "matches (within 0.01)" if close else "differs by more than 0.01"),
         ResultRow(where, "K-Center / Random epsilon", f"{baselines:.4f}", 0.0,
                   "matches" if baselines == 0.0 else "does not match"),
@@ -490,22 +410,20 @@ def cost_rows(study: ECOSStudy, records: list[Record]) -> list[ResultRow]:
         upload, data = st.mean([r["cost"]["upload_bytes"] for r in runs]), st.mean([r["client_bytes"] for r in runs])
         rows.append(ResultRow(cloud, "upload: ECOS summary vs the client's data (8-bit pixels), bytes",
                               f"{upload:,.0f} vs {data:,.0f} ({upload / data:.3%})",
-                              "100 (R scores) vs ~198 MB (50% of Sketch)"))
+                              PAPER["upload"]))
     download = st.mean([r["cost"]["download_bytes"] for r in ecos])
     rows.append(ResultRow("all", f"download: R = {study.ecos.R} centroids (float32 R x d_e), bytes", f"{download:,.0f}",
-                          "51 KB centroid features + 45 MB ResNet18"))
-
-    def seconds(runs: list[Record], key: str) -> str:
-        return f"{st.mean([r['cost'][key] for r in runs]):.3f}" if runs else "n/a"
-
-    stages = [seconds(ecos, k) for k in ("cloud_features_s", "cloud_clustering_s", "client_summary_s", "cloud_selection_s")]
-    stages += [seconds(k_center, "cloud_selection_s"), f"{st.mean([r['train_seconds'] for r in records]):.3f}"]
+                          PAPER["download"]))
+    stages = [stage_seconds(ecos, k)
+              for k in ("cloud_features_s", "cloud_clustering_s", "client_summary_s", "cloud_selection_s")]
+    stages += [stage_seconds(k_center, "cloud_selection_s"), f"{st.mean([r['train_seconds'] for r in records]):.3f}"]
     rows.append(ResultRow("all", "seconds: cloud phi / KMeans_R / client summary / ECOS selection / K-Center selection / "
                                  "training", " / ".join(stages), "no seconds (Fig. D.4 reports MACs)"))
     return rows
 
 
 def scale_notes(study: ECOSStudy, records: list[Record], quick: bool) -> list[str]:
+    """How the study departs from the paper's Table 5.2 setting."""
     e, s = study.ecos, study.sgd
     pools = {c: st.mean([r["pool_rows"] for r in matching(records, cloud=c)]) for c in study.clouds}
     shares = "; ".join(f"{' / '.join(f'{b / n:.1%}' for b in study.budgets)} of the {n:,.0f}-row {c} pool"
@@ -574,14 +492,15 @@ def plot(study: ECOSStudy, records: list[Record], path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: ECOSStudy, progress: bool = True) -> ReproductionReport:
-    diagnostic, records = run_study(ctx, study, progress)
+def report(ctx: ReproductionContext, study: ECOSStudy, diagnostic: list[Record],
+           records: list[Record]) -> ReproductionReport:
+    """The tables beside Table 5.2, the verdicts, privacy, costs and the phi diagnostic; the figure."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["ecos_digits_accuracy.png"]
     plot(study, records, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="ECOS selective manual labelling on Digits (Table 5.2 protocol, use case 1)",
-        source="Hong, dissertation ch. 5, Tables 5.2 and 5.5 (spec 000 part 2, B.3-B.10)",
+        source=PAPER["source"],
         rows=[*table_rows(study, records), *claim_rows(study, records), *privacy_rows(study, records),
               *cost_rows(study, records), *diagnostic_rows(study, diagnostic)],
         scale_notes=scale_notes(study, records, ctx.quick),
@@ -592,4 +511,6 @@ def run_experiment(ctx: ReproductionContext, study: ECOSStudy, progress: bool = 
 
 @REPRODUCTIONS.register("ecos_digits", "ECOS vs K-Center vs Random selective labelling on synthetic Digits (Table 5.2)")
 def ecos_digits(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, ecos_study(ctx.quick))
+    """The study, its runs, then the report."""
+    settings = study(ctx)
+    return report(ctx, settings, *run(ctx, settings))

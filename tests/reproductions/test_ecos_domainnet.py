@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,10 +20,11 @@ from fedveil.seeding import numpy_generator
 from fedveil_reproductions import ecos_domainnet as ed
 
 torch.set_num_threads(1)
+FULL, QUICK = (ReproductionContext(out_dir=Path("unused"), quick=q, data_root=Path("unused")) for q in (False, True))
 
 
 def test_the_full_study_scales_budgets_and_r_to_our_pool_and_client():
-    study = ed.domainnet_study(quick=False)
+    study = ed.study(FULL)
     assert (study.client_rows, study.pool_rows) == (400, 4400)
     assert study.budgets == [229, 686] and study.paper_budgets == [1000, 3000]  # 5.2% / 15.6% of the pool
     assert study.ecos.R == 23 and study.paper_R == 100  # 100 x 400 / 1,750
@@ -37,7 +39,7 @@ def test_the_full_study_scales_budgets_and_r_to_our_pool_and_client():
         ed.DomainNetStudy(cases=["fixmatch"], domains=[6])
 
 
-@pytest.mark.parametrize("table", [ed.PAPER_TABLE_5_2, ed.PAPER_TABLE_5_3])
+@pytest.mark.parametrize("table", [ed.PAPER["table_5_2"], ed.PAPER["table_5_3"]])
 def test_the_paper_tables_average_their_six_domains(table):
     for rows in table.values():
         for cells in rows.values():
@@ -46,7 +48,7 @@ def test_the_paper_tables_average_their_six_domains(table):
 
 
 def test_the_split_gives_the_client_half_its_domain_and_the_cloud_every_other_training_row():
-    data = ed.load_data(ed.domainnet_study(quick=True))
+    data = ed.load_data(ed.study(QUICK))
     domain, y = data.groups["domain"].numpy(), data.y.numpy()
     test = ed.held_out(domain, y, 8, numpy_generator(ed.DATA_SEED, "ecos-domainnet/test"))
     for d in range(6):
@@ -70,7 +72,7 @@ def test_the_split_gives_the_client_half_its_domain_and_the_cloud_every_other_tr
 
 
 def test_the_student_sees_only_the_selected_rows_and_the_teacher_the_whole_cloud(monkeypatch):
-    study = dataclasses.replace(ed.domainnet_study(quick=True), cases=["distillation"], paper_R=None, matched=False,
+    study = dataclasses.replace(ed.study(QUICK), cases=["distillation"], paper_R=None, matched=False,
                                 sgd=CloudSGD(epochs=1), teacher_sgd=CloudSGD(epochs=1), diagnostic_extractors={})
     data = ed.load_data(study)
     domain = data.groups["domain"].numpy()
@@ -144,7 +146,7 @@ def test_the_quick_run_end_to_end(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path)
     report = REPRODUCTIONS.get("ecos_domainnet")(ctx)
     write_results(report, tmp_path, quick=True)
-    runs, study = report.extra["records"], ed.domainnet_study(quick=True)
+    runs, study = report.extra["records"], ed.study(QUICK)
     budgets = study.budgets
     assert budgets == [46, 137]
     methods = ["ecos", ed.MATCHED, "k_center", "random", "ecos_R100"]

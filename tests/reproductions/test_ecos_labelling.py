@@ -3,6 +3,7 @@ hand-made numbers, and end-to-end quick runs whose epsilons are recomputed with 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import dp_accounting
 import numpy as np
@@ -12,8 +13,10 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions import ecos_labelling as el
+from fedveil_reproductions.ecos_study import load_domains
 
 torch.set_num_threads(1)
+FULL, QUICK = (ReproductionContext(out_dir=Path("unused"), quick=q, data_root=Path("unused")) for q in (False, True))
 Z_KNN = 1 / math.sqrt(25.0**-2 + 75.0**-2) / math.sqrt(2)  # one query: both noisy vectors, sensitivity sqrt 2
 
 
@@ -45,9 +48,11 @@ def test_table_5_1_verdicts_follow_the_numbers():
     rows = {r.metric: r for r in el.table_5_1_rows(study, records)}
     assert rows["OoD rows lower the accuracy: ID above ID+OoD"].verdict == "holds"
     assert rows["OoD rows lower the accuracy: ID above ID+OoD"].measured.startswith("81.00 vs 60.50 (diff +20.50")
+    assert rows["OoD rows lower the accuracy: ID above ID+OoD"].paper == "70.4 vs 62.4"  # Table 5.1, B = 1,000
     assert rows["a larger budget raises the ID+OoD accuracy"].verdict == "holds"
     assert rows["... but only partly: ID at the small budget still above"].verdict == "holds"
-    assert rows["epsilon grows with B (ours: data-independent, the same for every domain)"].measured == "1.000 < 2.000"
+    epsilon = rows["epsilon grows with B (ours: data-independent, the same for every domain)"]
+    assert epsilon.measured == "1.000 < 2.000" and epsilon.paper == "4.21 < 5.89 < 7.17 < 9.32 (data-dependent)"
     # a large budget that beats the ID cloud: the recovery is not partial
     records = [dict(r, accuracy=0.9) if r["budget"] == 50 else r for r in records]
     rows = {r.metric: r for r in el.table_5_1_rows(study, records)}
@@ -69,8 +74,7 @@ def test_table_5_4_verdicts_follow_the_numbers():
 
 
 def test_id_and_id_ood_clouds_share_the_client_half(mnist_data_root, tmp_path):
-    study = el.knn_study(quick=True)
-    source = el.load_domains(ReproductionContext(tmp_path, True, mnist_data_root), study)
+    source = load_domains(ReproductionContext(tmp_path, True, mnist_data_root), el.knn_study(QUICK))
     client, pool = el.client_split(source, "ID", 1, seed=3)
     same, mixed = el.client_split(source, "ID+OoD", 1, seed=3)
     np.testing.assert_array_equal(client, same)
@@ -112,17 +116,17 @@ def test_the_quick_table_5_4_run_composes_the_ecos_upload_and_the_labelling(tmp_
 
 
 def test_table_5_1_trains_supervised_and_table_5_4_with_fixmatch():
-    assert el.knn_study(False).trainer == el.knn_study(True).trainer == "supervised"
-    assert el.labelling_study(False).trainer == el.labelling_study(True).trainer == "fixmatch"
-    assert el.labelling_study(False).knn.per_class == 12 and el.knn_study(False).knn.per_class is None
-    assert el.knn_study(False).max_steps == 1500 and el.labelling_study(False).max_steps is None
+    assert el.knn_study(FULL).trainer == el.knn_study(QUICK).trainer == "supervised"
+    assert el.labelling_study(FULL).trainer == el.labelling_study(QUICK).trainer == "fixmatch"
+    assert el.labelling_study(FULL).knn.per_class == 12 and el.knn_study(FULL).knn.per_class is None
+    assert el.knn_study(FULL).max_steps == 1500 and el.labelling_study(FULL).max_steps is None
 
 
 def test_the_step_cap_only_shortens_large_budgets(monkeypatch, mnist_data_root, tmp_path):
     seen = []
     monkeypatch.setattr(el, "train_classifier", lambda data, *a: seen.append((len(data), a[3].steps)) or a)
     study = el.LabellingStudy(trainer="supervised", max_steps=50)  # 30 epochs of batch 32
-    source = el.load_domains(ReproductionContext(tmp_path, True, mnist_data_root), el.knn_study(True))
+    source = load_domains(ReproductionContext(tmp_path, True, mnist_data_root), el.knn_study(QUICK))
     for n in (10, 64, 100):
         el.train_on(study, source, np.arange(n), np.zeros(n, dtype=np.int64), np.arange(0), seed=0)
     assert seen == [(10, 30), (64, 50), (100, 50)]  # 30 x ceil(10/32) = 30; 30 x 2 = 60 -> 50; 30 x 4 -> 50

@@ -148,9 +148,9 @@ def test_diagnostic_rows_report_the_shares_and_check_the_choice():
 
 
 def test_the_quick_run_writes_results_and_the_figure(tmp_path, mnist_data_root):
-    # 60 training + 20 test rows for each of the 5 domains: the fixture's 300 + 100 MNIST rows exactly.
-    assert et.ecos_study(quick=True).rows_per_domain * 5 + et.ecos_study(quick=True).test_rows_per_domain * 5 == 400
     ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=mnist_data_root)
+    # 60 training + 20 test rows for each of the 5 domains: the fixture's 300 + 100 MNIST rows exactly.
+    assert et.study(ctx).rows_per_domain * 5 + et.study(ctx).test_rows_per_domain * 5 == 400
     report = REPRODUCTIONS.get("ecos_digits")(ctx)
     write_results(report, tmp_path, quick=True)
     runs = report.extra["records"]
