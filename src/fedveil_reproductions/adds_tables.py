@@ -22,36 +22,25 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-from tqdm.auto import tqdm
+from typing import Any, Callable
 
 from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
 )
 from fedveil.reproduce import verdicts as st
 
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 METHODS = ("fedavg", "stc", "pfedme", "feddrop", "adds", "adds_lrp")
 LABELS = {"fedavg": "FedAvg", "stc": "STC", "pfedme": "pFedMe", "feddrop": "FedDrop", "adds": "ADDS (slim)",
           "adds_lrp": "ADDS (LRP)"}
-# Table 3 (FEMNIST) and Table 4 (Shakespeare): Acc_G, Acc_L (%), and parameters (M) or
-# rounds to 40 / 45 / 50 %
-PAPER = {
-    "femnist": {
-        "fedavg": (81.36, 84.64, "5.68M"), "stc": (83.65, 86.25, "1.39M"), "pfedme": (83.22, 92.23, "5.68M"),
-        "feddrop": (84.97, 87.56, "2.62M"), "adds": (88.95, 91.21, "0.99M"), "adds_lrp": (90.25, 93.12, "0.85M"),
-    },
-    "shakespeare": {
-        "fedavg": (51.89, 53.97, "41 / 78 / 155"), "stc": (52.71, 54.63, "54 / 94 / 166"),
-        "pfedme": (53.10, 60.02, "38 / 64 / 121"), "feddrop": (54.48, 57.24, "40 / 63 / 107"),
-        "adds": (56.13, 59.51, "34 / 53 / 98"), "adds_lrp": (55.97, 60.16, "34 / 55 / 101"),
-    },
-}
 
 
 @dataclass
@@ -70,7 +59,8 @@ class ADDSStudy:
     algorithm: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-method overrides
 
 
-def femnist_study(ctx: ReproductionContext, quick: bool) -> ADDSStudy:
+def femnist_study(ctx: ReproductionContext) -> ADDSStudy:
+    quick = ctx.quick
     writers, rows = (8, 40) if quick else (40, 100)
     return ADDSStudy(
         table="femnist",
@@ -85,10 +75,11 @@ def femnist_study(ctx: ReproductionContext, quick: bool) -> ADDSStudy:
     )
 
 
-def shakespeare_study(ctx: ReproductionContext, quick: bool) -> ADDSStudy:
+def shakespeare_study(ctx: ReproductionContext) -> ADDSStudy:
     """LEAF's next-character task on 30 speaking roles, 20-character windows and a 64-unit
     text supernet (a calibration run: FedAvg reaches 0.29 in 20 rounds; at 80 characters and
     128 units with lr 0.5 it stayed at 0.17 after 40 rounds, too slow for 2 CPU cores)."""
+    quick = ctx.quick
     roles = 6 if quick else 30
     return ADDSStudy(
         table="shakespeare",
@@ -139,17 +130,18 @@ def measure(run_dir: Path, targets: list[float]) -> dict[str, Any]:
     }
 
 
-def run_study(ctx: ReproductionContext, study: ADDSStudy, progress: bool = True) -> Results:
-    planned = []
+def plan(study: ADDSStudy) -> list[PlannedRun]:
+    """Every method per seed."""
+    return [PlannedRun(f"{method}_seed{seed}", run_config(study, method, seed))
+            for seed in study.seeds for method in study.methods]
+
+
+def scores(ctx: ReproductionContext, study: ADDSStudy) -> Results:
+    """Every run's measurements (:func:`measure`, from its per-round metrics)."""
+    results: Results = {}
     for seed in study.seeds:
         for method in study.methods:
-            config = run_config(study, method, seed)
-            validate(config)  # every config is checked before the first run starts
-            planned.append((method, config, ctx.runs_dir / f"{method}_seed{seed}"))
-    results: Results = {}
-    for method, config, out in tqdm(planned, desc=f"adds_{study.table}", unit="run", disable=not progress, dynamic_ncols=True):
-        run_once(config, out)
-        results.setdefault(method, []).append(measure(out, study.targets))
+            results.setdefault(method, []).append(measure(ctx.runs_dir / f"{method}_seed{seed}", study.targets))
     return results
 
 
@@ -173,19 +165,18 @@ def table_rows(study: ADDSStudy, results: Results, full_size: int) -> list[Resul
     paper = PAPER[study.table]
     for method in study.methods:
         runs = results[method]
-        p_g, p_l, p_cost = paper.get(method, ("-", "-", "-"))
+        reported = paper[method]
         label = LABELS[method]
-        rows.append(ResultRow(study.table, f"{label}: Acc_G", _cell([r["acc_g"] for r in runs]), f"{p_g}%"))
-        rows.append(ResultRow(study.table, f"{label}: Acc_L", _cell([r["acc_l"] for r in runs]), f"{p_l}%"))
+        rows.append(ResultRow(study.table, f"{label}: Acc_G", _cell([r["acc_g"] for r in runs]), f"{reported['acc_g']}%"))
+        rows.append(ResultRow(study.table, f"{label}: Acc_L", _cell([r["acc_l"] for r in runs]), f"{reported['acc_l']}%"))
         uploaded = [r["uploaded"] if r["uploaded"] is not None else float(full_size) for r in runs]
         rows.append(ResultRow(study.table, f"{label}: parameters uploaded per client and round (of {full_size:,})",
                               f"{st.mean(uploaded):,.0f} ({100 * st.mean(uploaded) / full_size:.1f}%)",
-                              p_cost if study.table == "femnist" else "not in Table 4"))
-        if study.table == "shakespeare":
-            for i, t in enumerate(study.targets):
-                rows.append(ResultRow(study.table, f"{label}: rounds to Acc_G {t:.0%}",
-                                      _cell([r["rounds_to"][i] for r in runs]),
-                                      p_cost.split(" / ")[i] + f" (to {[40, 45, 50][i]}%)"))
+                              reported.get("params", "not in Table 4")))
+        for i, t in enumerate(study.targets if "rounds" in reported else []):
+            rows.append(ResultRow(study.table, f"{label}: rounds to Acc_G {t:.0%}",
+                                  _cell([r["rounds_to"][i] for r in runs]),
+                                  f"{reported['rounds'][i]} (to {paper['targets'][i]}%)"))
     return rows
 
 
@@ -198,10 +189,10 @@ def claim_rows(study: ADDSStudy, results: Results, full_size: int) -> list[Resul
     rows = [
         ResultRow(study.table, "(a) ADDS uploads fewer parameters per round than FedAvg",
                   f"{up:,.0f} vs {full_size:,} ({100 * up / full_size:.1f}%), Acc_G {diff:+.4f} vs FedAvg",
-                  "15.1% (FEMNIST, LRP); Shakespeare: not given", "holds" if up < full_size else "does not hold"),
+                  PAPER["claims"]["fewer_uploads"], "holds" if up < full_size else "does not hold"),
         ResultRow(study.table, "(b) ADDS Acc_G >= FedAvg Acc_G",
                   f"{st.mean([r['acc_g'] for r in adds]):.4f} vs {st.mean([r['acc_g'] for r in fedavg]):.4f}",
-                  "+7.6 (FEMNIST), +4.2 (Shakespeare) points", st.at_least_verdict(diff, se)),
+                  PAPER["claims"]["accuracy_gain"], st.at_least_verdict(diff, se)),
     ]
     return rows
 
@@ -223,7 +214,8 @@ def scale_notes(study: ADDSStudy, quick: bool) -> list[str]:
         notes.append("ADDS (LRP) is not run on text: the LSTM supernet has only the slim importance (LRP through "
                      "LSTM gates is not built)")
         notes.insert(0, "target accuracies scaled to this model and budget: "
-                        f"{', '.join(f'{t:.0%}' for t in study.targets)} instead of 40/45/50%")
+                        f"{', '.join(f'{t:.0%}' for t in study.targets)} instead of "
+                        f"{'/'.join(str(t) for t in PAPER['shakespeare']['targets'])}%")
     if quick:
         notes.append("quick mode: 2 rounds on a handful of clients; not comparable")
     return notes
@@ -259,15 +251,16 @@ def plot(study: ADDSStudy, results: Results, full_size: int, path: Path) -> None
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: ADDSStudy, progress: bool = True) -> ReproductionReport:
-    results = run_study(ctx, study, progress)
+def report(ctx: ReproductionContext, study: ADDSStudy) -> ReproductionReport:
+    """The table beside the paper's, the claims' verdicts and the figure (every number from
+    the runs' per-round metrics: the summaries hold the last round only)."""
+    results = scores(ctx, study)
     full_size = model_size(study)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = [f"accuracy_and_upload_{study.table}.png"]
     plot(study, results, full_size, ctx.out_dir / figures[0])
     return ReproductionReport(
         title=f"ADDS vs FedAvg, STC, pFedMe, FedDrop ({'Table 3 protocol' if study.table == 'femnist' else 'Table 4 protocol'})",
-        source="Gong et al. 2021 (arXiv 2110.15522), Tables 3-4 (spec 001 §3)",
+        source=PAPER["source"],
         rows=table_rows(study, results, full_size) + claim_rows(study, results, full_size),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "results": results, "supernet_params": full_size},
@@ -275,11 +268,14 @@ def run_experiment(ctx: ReproductionContext, study: ADDSStudy, progress: bool = 
     )
 
 
-@REPRODUCTIONS.register("adds_femnist", "ADDS vs FedAvg / STC / pFedMe / FedDrop on synthetic writers of real MNIST (Table 3)")
-def adds_femnist(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, femnist_study(ctx, ctx.quick))
+def reproduction(study: Callable[[ReproductionContext], ADDSStudy]) -> Reproduction:
+    """The table ``study(ctx)`` sets up, as a plan of runs and a report."""
+    return Reproduction(lambda ctx: plan(study(ctx)), lambda ctx, summaries: report(ctx, study(ctx)))
 
 
-@REPRODUCTIONS.register("adds_shakespeare", "ADDS vs FedAvg / STC / pFedMe / FedDrop on Shakespeare roles (Table 4)")
-def adds_shakespeare(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, shakespeare_study(ctx, ctx.quick))
+REPRODUCTIONS.register(
+    "adds_femnist", "ADDS vs FedAvg / STC / pFedMe / FedDrop on synthetic writers of real MNIST (Table 3)"
+)(reproduction(femnist_study))
+REPRODUCTIONS.register(
+    "adds_shakespeare", "ADDS vs FedAvg / STC / pFedMe / FedDrop on Shakespeare roles (Table 4)"
+)(reproduction(shakespeare_study))

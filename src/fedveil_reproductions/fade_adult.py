@@ -36,18 +36,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    Summaries,
 )
 from fedveil.reproduce.verdicts import lower_verdict
-from fedveil.runtime import run
 
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 WEAK_LAMBDA = 0.69  # ~ ln 2, the BCE of a discriminator at adversarial balance
 WEAK = f"vanilla_lam{WEAK_LAMBDA:g}"
 METHODS = {  # label -> [algorithm] keys besides the shared ones
@@ -63,7 +65,6 @@ METRICS = {  # short name -> summary key of the global model on the pooled test 
     "accuracy_female": "global_test_accuracy_group_0",
     "accuracy_male": "global_test_accuracy_group_1",
 }
-PAPER = "curve only (Fig. 3.3a)"
 MAX_ACCURACY_DROP = 0.02  # issue 14's must-show: at most 2 points
 
 # method -> number of male users -> one {metric: value} per seed
@@ -119,23 +120,35 @@ def run_name(method: str, males: int, seed: int) -> str:
     return f"{method}_m{males}_seed{seed}"
 
 
-def run_study(ctx: ReproductionContext, study: AdultStudy, progress: bool = True) -> tuple[Results, dict[str, list]]:
-    """Every method x male-user count x seed; finished runs are re-scored from their run
-    directory, not retrained. Also returns the ΔEO curve of every run (``[round, ΔEO]`` pairs)."""
+def cells(study: AdultStudy) -> list[tuple[str, int]]:
+    """Every (method, male users) the study runs: the ablation at the fewest and the most male users only."""
     ends = sorted({min(study.male_users), max(study.male_users)})
-    cells = [(method, males) for males in study.male_users for method in study.methods]
-    cells += [(method, males) for method in study.ablation for males in ends]
-    grid = [  # every config validated before the first run starts
-        (method, males, seed, validate(run_config(ctx, study, method, males, seed)))
-        for method, males in cells for seed in study.seeds
+    return [(method, males) for males in study.male_users for method in study.methods] + [
+        (method, males) for method in study.ablation for males in ends
     ]
+
+
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    """Every method x male-user count x seed."""
+    study = adult_study(ctx.quick)
+    return [
+        PlannedRun(run_name(method, males, seed), run_config(ctx, study, method, males, seed))
+        for method, males in cells(study) for seed in study.seeds
+    ]
+
+
+def scores(ctx: ReproductionContext, study: AdultStudy, summaries: Summaries) -> tuple[Results, dict[str, list]]:
+    """The runs' scores by method and male-user count, and the ΔEO curve of every run
+    (``[round, ΔEO]`` pairs, read from its metrics)."""
     results: Results = {}
     curves: dict[str, list] = {}
-    for method, males, seed, config in tqdm(grid, desc="fade_adult", unit="run", disable=not progress, dynamic_ncols=True):
-        out = ctx.runs_dir / run_name(method, males, seed)
-        summary = run(config, out, resume=out.exists(), progress=False)
-        results.setdefault(method, {}).setdefault(males, []).append({k: float(summary[key]) for k, key in METRICS.items()})
-        curves[run_name(method, males, seed)] = eo_curve(out / "metrics.jsonl")
+    for method, males in cells(study):
+        for seed in study.seeds:
+            name = run_name(method, males, seed)
+            results.setdefault(method, {}).setdefault(males, []).append(
+                {k: float(summaries[name][key]) for k, key in METRICS.items()}
+            )
+            curves[name] = eo_curve(ctx.runs_dir / name / "metrics.jsonl")
     return results, curves
 
 
@@ -208,7 +221,7 @@ def table_rows(results: Results, study: AdultStudy) -> list[ResultRow]:
             if males not in results.get(method, {}):
                 continue
             setting = f"1 female vs {males} male users"
-            paper = PAPER if method in METHODS and method != WEAK else "ablation (not in the paper)"
+            paper = PAPER["curve"] if method in METHODS and method != WEAK else "ablation (not in the paper)"
             rows += [
                 ResultRow(setting, f"{method}: ΔEO", cell(results, method, males, "eo"), paper),
                 ResultRow(setting, f"{method}: accuracy", cell(results, method, males, "accuracy"), paper),
@@ -231,19 +244,19 @@ def claim_rows(results: Results, study: AdultStudy) -> list[ResultRow]:
         trend = " -> ".join(eo("none", m) for m in study.male_users)
         rows.append(ResultRow(
             f"no adversary, {few} -> {many} male users", "(i) ΔEO grows with the imbalance",
-            f"{trend} (change {diff:+.4f} ± {se:.4f} s.e.)", "grows (Fig. 3.3a)", lower_verdict(diff, se),
+            f"{trend} (change {diff:+.4f} ± {se:.4f} s.e.)", PAPER["claims"]["eo_grows"], lower_verdict(diff, se),
         ))
     if {"vanilla", "squared"} <= have:
         diff, se = compare(results, ("squared", many), ("vanilla", many))
         rows.append(ResultRow(
             f"{many} male users", "(ii) squared fairer than vanilla with many male users",
-            f"squared {eo('squared', many)} vs vanilla {eo('vanilla', many)}", "squared lower (Fig. 3.3a)",
+            f"squared {eo('squared', many)} vs vanilla {eo('vanilla', many)}", PAPER["claims"]["squared_fairer_imbalanced"],
             lower_verdict(diff, se),
         ))
         diff, se = compare(results, ("vanilla", few), ("squared", few))
         rows.append(ResultRow(
             f"{few} male user{'s' if few > 1 else ''} (balanced)", "(iii) vanilla fairer than squared when balanced",
-            f"vanilla {eo('vanilla', few)} vs squared {eo('squared', few)}", "vanilla lower (Fig. 3.3a)",
+            f"vanilla {eo('vanilla', few)} vs squared {eo('squared', few)}", PAPER["claims"]["vanilla_fairer_balanced"],
             lower_verdict(diff, se),
         ))
     adversaries = [m for m in ("vanilla", "squared") if m in have]
@@ -256,7 +269,7 @@ def claim_rows(results: Results, study: AdultStudy) -> list[ResultRow]:
         rows.append(ResultRow(
             "every setting", "(iv) accuracy ≈ no adversary: largest drop",
             f"{drops[worst] * 100:+.2f} points ({worst[0]}, {worst[1]} male users)",
-            "≈ no adversary (Fig. 3.3a)", "holds" if drops[worst] <= MAX_ACCURACY_DROP else "does not hold",
+            PAPER["claims"]["accuracy_kept"], "holds" if drops[worst] <= MAX_ACCURACY_DROP else "does not hold",
         ))
     if {"none", "squared"} <= have:
         diff, se = compare(results, ("squared", many), ("none", many))
@@ -339,25 +352,6 @@ def scale_notes(study: AdultStudy, quick: bool) -> list[str]:
     return notes
 
 
-def build_report(results: Results, study: AdultStudy, curves: dict[str, list], quick: bool,
-                 figures: list[str], sizes: dict[int, list[int]] | None = None) -> ReproductionReport:
-    return ReproductionReport(
-        title="FADE on Adult: fairness (ΔEO) vs the number of male users",
-        source="Hong et al. KDD 2021 §6.1, Fig. 3a / Hong 2021 dissertation §3.6.1, Fig. 3.3a (spec 004 §2.2; "
-        "the paper gives curves, no numbers, for Adult)",
-        rows=table_rows(results, study) + claim_rows(results, study) + diagnostic_rows(results, study, sizes),
-        scale_notes=scale_notes(study, quick),
-        extra={
-            "study": asdict(study),
-            "user_sizes": {str(m): v for m, v in (sizes or {}).items()},
-            "female_weight": {str(m): female_weight(v) for m, v in (sizes or {}).items()},
-            "metrics": {method: {str(m): seeds for m, seeds in by_m.items()} for method, by_m in results.items()},
-            "eo_curves": curves,
-        },
-        figures=figures,
-    )
-
-
 # ----------------------------------------------------------------------------- plots
 
 MARKERS = {"none": "o", "vanilla": "s", "squared": "^"}
@@ -418,15 +412,30 @@ def plot_tradeoff(results: Results, study: AdultStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: AdultStudy, progress: bool = True) -> ReproductionReport:
-    results, curves = run_study(ctx, study, progress)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    """The table, the claims' verdicts, the diagnostics and the two figures."""
+    study = adult_study(ctx.quick)
+    results, curves = scores(ctx, study, summaries)
+    sizes = user_sizes(ctx, study)
     figures = ["adult_eo_vs_male_users.png", "adult_tradeoff.png"]
     plot_gaps(results, study, ctx.out_dir / figures[0])
     plot_tradeoff(results, study, ctx.out_dir / figures[1])
-    return build_report(results, study, curves, ctx.quick, figures, user_sizes(ctx, study))
+    return ReproductionReport(
+        title="FADE on Adult: fairness (ΔEO) vs the number of male users",
+        source=PAPER["source"],
+        rows=table_rows(results, study) + claim_rows(results, study) + diagnostic_rows(results, study, sizes),
+        scale_notes=scale_notes(study, ctx.quick),
+        extra={
+            "study": asdict(study),
+            "user_sizes": {str(m): v for m, v in sizes.items()},
+            "female_weight": {str(m): female_weight(v) for m, v in sizes.items()},
+            "metrics": {method: {str(m): seeds for m, seeds in by_m.items()} for method, by_m in results.items()},
+            "eo_curves": curves,
+        },
+        figures=figures,
+    )
 
 
-@REPRODUCTIONS.register("fade_adult", "FADE on Adult (group sex): ΔEO vs the number of male users, no / vanilla / squared adversary (Hong 2021)")
-def fade_adult(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, adult_study(ctx.quick))
+REPRODUCTIONS.register(
+    "fade_adult", "FADE on Adult (group sex): ΔEO vs the number of male users, no / vanilla / squared adversary (Hong 2021)"
+)(Reproduction(plan, report))

@@ -23,22 +23,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 
 from .fade_uda import LABELS, accuracy, adapted, target_rows
+from .paper_numbers import paper_numbers
 
+PAPER = paper_numbers(__name__)
 DOMAINS = {"mnist": 0, "digits": 1}  # domain ids of the mnist_digits data set
-PAPER = "curve only (Fig. 3.2)"
 
 # direction -> method -> p -> target accuracy per seed ("source_only" -> list per seed)
 Results = dict[str, dict[str, Any]]
@@ -112,28 +112,35 @@ def run_name(direction: str, method: str, p: float, seed: int) -> str:
     return f"{direction.replace('->', '_to_')}_{method}_p{p:g}_seed{seed}"
 
 
-def run_study(ctx: ReproductionContext, study: DigitsStudy, progress: bool = True) -> Results:
-    """Pre-training per direction and seed, then every method x p; finished runs are reused."""
-    jobs = []
+def cells(ctx: ReproductionContext, study: DigitsStudy) -> list[tuple[str, str, float | None, PlannedRun]]:
+    """Every run as (direction, method, p, run): per direction and seed the pre-training
+    (method "source_only", p None) first, then every p x method adapting from it."""
+    runs = []
     for direction in study.directions:
         for seed in study.seeds:
             base = base_config(ctx, study, direction, seed)
-            pre = ctx.runs_dir / f"{direction.replace('->', '_to_')}_pretrain_seed{seed}"
-            validate(base)  # every config is checked before the first run starts
-            jobs.append((direction, "source_only", None, seed, base, pre))
+            pre = f"{direction.replace('->', '_to_')}_pretrain_seed{seed}"
+            runs.append((direction, "source_only", None, PlannedRun(pre, base)))
             for p in study.target_probabilities:
                 for method in study.methods:
-                    config = adapt_config(base, study, direction, method, p, pre)
-                    validate(config)
-                    jobs.append((direction, method, p, seed, config, ctx.runs_dir / run_name(direction, method, p, seed)))
+                    config = adapt_config(base, study, direction, method, p, ctx.runs_dir / pre)
+                    runs.append((direction, method, p, PlannedRun(run_name(direction, method, p, seed), config)))
+    return runs
+
+
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    """Pre-training per direction and seed, then every method x p."""
+    return [run for *_, run in cells(ctx, digits_study(ctx.quick))]
+
+
+def scores(ctx: ReproductionContext, study: DigitsStudy) -> Results:
+    """Every run's target accuracy, scored from its final model (``model.pt``)."""
     rows: dict[str, tuple] = {}
     results: Results = {}
-    for direction, method, p, seed, config, out in tqdm(jobs, desc="fade_digits", unit="run", disable=not progress, dynamic_ncols=True):
-        run_once(config, out)
-        target = ends(direction)[1]
+    for direction, method, p, run in cells(ctx, study):
         if direction not in rows:
-            rows[direction] = target_rows(config["data"], target)
-        acc = accuracy(out, config, 10, *rows[direction])
+            rows[direction] = target_rows(run.config["data"], ends(direction)[1])
+        acc = accuracy(ctx.runs_dir / run.name, run.config, 10, *rows[direction])
         by_method = results.setdefault(direction, {})
         if p is None:
             by_method.setdefault(method, []).append(acc)
@@ -149,12 +156,12 @@ def table_rows(results: Results, study: DigitsStudy) -> list[ResultRow]:
     rows = []
     for direction in study.directions:
         got = results[direction]
-        rows.append(ResultRow(direction, "Source only: target accuracy", st.cell(got["source_only"]), PAPER))
+        rows.append(ResultRow(direction, "Source only: target accuracy", st.cell(got["source_only"]), PAPER["curve"]))
         for p in study.target_probabilities:
             for method in study.methods:
                 rows.append(ResultRow(
                     f"{direction}, target-user probability {p:g}", f"{LABELS[method]}: target accuracy",
-                    st.cell(got[method][p]), PAPER,
+                    st.cell(got[method][p]), PAPER["curve"],
                 ))
     return rows
 
@@ -172,19 +179,19 @@ def claim_rows(results: Results, study: DigitsStudy) -> list[ResultRow]:
             diff, se = st.difference(got["dann"][low], got["dann"][high])
             rows.append(ResultRow(
                 direction, f"(i) vanilla: p = {low:g} below p = {high:g}", f"{m('dann', low)} vs {m('dann', high)}",
-                "lower under imbalance (Fig. 3.2)", st.lower_verdict(diff, se),
+                PAPER["claims"]["imbalance_hurts"], st.lower_verdict(diff, se),
             ))
         if {"dann", "squared"} <= set(got):
             diff, se = st.difference(got["dann"][low], got["squared"][low])
             rows.append(ResultRow(
                 direction, f"(ii) p = {low:g}: squared above vanilla", f"{m('squared', low)} vs {m('dann', low)}",
-                "squared higher (Fig. 3.2)", st.lower_verdict(diff, se),
+                PAPER["claims"]["squared_helps"], st.lower_verdict(diff, se),
             ))
         if {"dann", "none"} <= set(got):
             diff, se = st.difference(got["none"][high], got["dann"][high])
             rows.append(ResultRow(
                 direction, f"(iii) p = {high:g}: vanilla adversary above no adversary", f"{m('dann', high)} vs {m('none', high)}",
-                "adaptation helps (Fig. 3.2)", st.lower_verdict(diff, se),
+                PAPER["claims"]["adaptation_helps"], st.lower_verdict(diff, se),
             ))
     return rows
 
@@ -236,14 +243,16 @@ def plot(results: Results, study: DigitsStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: DigitsStudy, progress: bool = True) -> ReproductionReport:
-    results = run_study(ctx, study, progress)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    """Target accuracies per direction, method and p (from each run's ``model.pt``: the
+    summaries do not score the target domain), the claims' verdicts and the figure."""
+    study = digits_study(ctx.quick)
+    results = scores(ctx, study)
     figures = ["digits_target_accuracy.png"]
     plot(results, study, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="FADE digits UDA: target accuracy vs the target user's share of rounds",
-        source="Hong et al. KDD 2021 §5.1, Fig. 2 / Hong 2021 dissertation Fig. 3.2 (spec 004 §2.2; curves, no numbers)",
+        source=PAPER["source"],
         rows=table_rows(results, study) + claim_rows(results, study),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "target_accuracy": {
@@ -254,6 +263,6 @@ def run_experiment(ctx: ReproductionContext, study: DigitsStudy, progress: bool 
     )
 
 
-@REPRODUCTIONS.register("fade_digits", "FADE UDA MNIST <-> digits with imbalanced users: vanilla vs squared loss (Hong 2021 Fig. 3.2)")
-def fade_digits(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, digits_study(ctx.quick))
+REPRODUCTIONS.register(
+    "fade_digits", "FADE UDA MNIST <-> digits with imbalanced users: vanilla vs squared loss (Hong 2021 Fig. 3.2)"
+)(Reproduction(plan, report))

@@ -29,27 +29,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 
 from .fade_uda import LABELS, accuracy, adapted, target_rows
+from .paper_numbers import paper_numbers
 
+PAPER = paper_numbers(__name__)
 CLASSES = 31
-PAPER_AVG = {  # Table 3.1, column "Avg." (9 Office / Office-Home tasks, %)
-    ("federated", "source_only"): 72.2,
-    ("non-iid", "dann"): 70.3, ("non-iid", "cdan"): 80.7, ("non-iid", "shot"): 76.8,
-    ("iid", "dann"): 76.2, ("iid", "cdan"): 81.7, ("iid", "shot"): 83.6,
-    ("central", "source_only"): 73.8, ("central", "dann"): 76.1, ("central", "cdan"): 81.7, ("central", "shot"): 83.1,
-}
 SPLITS = ("non-iid", "iid")
 
 # (setting, method) -> task -> target accuracy per seed; setting in SPLITS + ("central", "federated")
@@ -142,26 +137,36 @@ def adapt_config(study: OfficeStudy, task: str, split: str, method: str, seed: i
     return adapted(config, method, pretrained)
 
 
-def run_study(ctx: ReproductionContext, study: OfficeStudy, progress: bool = True) -> Results:
-    jobs = []
+def cells(ctx: ReproductionContext, study: OfficeStudy) -> list[tuple[str, str, str, PlannedRun]]:
+    """Every run as (task, setting, method, run): per task and seed the pre-training (the
+    federated Source only) first, then every split x method and the central baselines adapting from it."""
+    adapt = [(split, m) for split in SPLITS for m in study.methods] + [("central", m) for m in study.central]
+    runs = []
     for task in study.tasks:
+        tag = task.replace("->", "_to_")
         for seed in study.seeds:
-            pre = ctx.runs_dir / f"{task.replace('->', '_to_')}_pretrain_seed{seed}"
-            config = pretrain_config(study, task, seed)
-            validate(config)  # every config is checked before the first run starts
-            jobs.append((task, "federated", "source_only", config, pre))
-            cells = [(split, m) for split in SPLITS for m in study.methods] + [("central", m) for m in study.central]
-            for split, method in cells:
-                config = adapt_config(study, task, split, method, seed, pre)
-                validate(config)
-                jobs.append((task, split, method, config, ctx.runs_dir / f"{task.replace('->', '_to_')}_{split}_{method}_seed{seed}"))
+            pre = f"{tag}_pretrain_seed{seed}"
+            runs.append((task, "federated", "source_only", PlannedRun(pre, pretrain_config(study, task, seed))))
+            for split, method in adapt:
+                config = adapt_config(study, task, split, method, seed, ctx.runs_dir / pre)
+                runs.append((task, split, method, PlannedRun(f"{tag}_{split}_{method}_seed{seed}", config)))
+    return runs
+
+
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    """Pre-training per task and seed, then every adaptation run starting from it."""
+    return [run for *_, run in cells(ctx, office_study(ctx.quick))]
+
+
+def scores(ctx: ReproductionContext, study: OfficeStudy) -> Results:
+    """Every run's target accuracy, scored from its final model (``model.pt``)."""
     rows: dict[str, tuple] = {}
     results: Results = {}
-    for task, split, method, config, out in tqdm(jobs, desc="fade_office", unit="run", disable=not progress, dynamic_ncols=True):
-        run_once(config, out)
+    for task, split, method, run in cells(ctx, study):
         if task not in rows:
-            rows[task] = target_rows(config["data"], ends(task)[1])
-        results.setdefault((split, method), {}).setdefault(task, []).append(accuracy(out, config, CLASSES, *rows[task]))
+            rows[task] = target_rows(run.config["data"], ends(task)[1])
+        acc = accuracy(ctx.runs_dir / run.name, run.config, CLASSES, *rows[task])
+        results.setdefault((split, method), {}).setdefault(task, []).append(acc)
     results[("central", "source_only")] = results[("federated", "source_only")]  # one source model serves both
     return results
 
@@ -186,7 +191,7 @@ def table_rows(results: Results, study: OfficeStudy) -> list[ResultRow]:
             continue
         for task in study.tasks:
             rows.append(ResultRow(f"task {task}", label(*key), st.cell(results[key][task]), "—"))
-        paper = PAPER_AVG.get(key)
+        paper = PAPER["average"].get(key[0], {}).get(key[1])
         rows.append(ResultRow(
             "average over tasks", label(*key), st.cell(averaged(results, key)),
             f"{paper} (%, Office/Office-Home avg)" if paper is not None else "not in the table",
@@ -196,6 +201,7 @@ def table_rows(results: Results, study: OfficeStudy) -> list[ResultRow]:
 
 def claim_rows(results: Results, study: OfficeStudy) -> list[ResultRow]:
     rows = []
+    table = PAPER["average"]  # setting -> method -> Table 3.1's "Avg." (%)
 
     def avg(key: tuple[str, str]) -> str:
         return f"{st.mean(averaged(results, key)):.4f}"
@@ -206,13 +212,14 @@ def claim_rows(results: Results, study: OfficeStudy) -> list[ResultRow]:
                 diff, se = st.difference(averaged(results, (split, "dann")), averaged(results, (split, cdan)))
                 rows.append(ResultRow(
                     f"{split} targets, average", f"(i) {LABELS[cdan]} >= FADE-DANN",
-                    f"{avg((split, cdan))} vs {avg((split, 'dann'))}", "80.7 vs 70.3 (non-iid), 81.7 vs 76.2 (iid)",
+                    f"{avg((split, cdan))} vs {avg((split, 'dann'))}",
+                    ", ".join(f"{table[s]['cdan']} vs {table[s]['dann']} ({s})" for s in SPLITS),
                     st.at_least_verdict(diff, se),
                 ))
     for method in study.methods:
         if ("iid", method) in results and ("non-iid", method) in results:
             diff, se = st.difference(averaged(results, ("non-iid", method)), averaged(results, ("iid", method)))
-            paper = {m: f"{PAPER_AVG[('iid', m)]} vs {PAPER_AVG[('non-iid', m)]}" for m in ("dann", "cdan", "shot")}
+            paper = {m: f"{table['iid'][m]} vs {table['non-iid'][m]}" for m in ("dann", "cdan", "shot")}
             rows.append(ResultRow(
                 "average", f"(ii) {LABELS[method]}: iid >= non-iid targets",
                 f"{avg(('iid', method))} vs {avg(('non-iid', method))}", paper.get(method, "—"),
@@ -222,13 +229,16 @@ def claim_rows(results: Results, study: OfficeStudy) -> list[ResultRow]:
         diff, se = st.difference(averaged(results, ("federated", "source_only")), averaged(results, ("non-iid", "cdan")))
         rows.append(ResultRow(
             "non-iid targets, average", "(iii) FADE-CDAN above Source only",
-            f"{avg(('non-iid', 'cdan'))} vs {avg(('federated', 'source_only'))}", "80.7 vs 72.2", st.lower_verdict(diff, se),
+            f"{avg(('non-iid', 'cdan'))} vs {avg(('federated', 'source_only'))}",
+            f"{table['non-iid']['cdan']} vs {table['federated']['source_only']}", st.lower_verdict(diff, se),
         ))
     if ("central", "cdan") in results and ("non-iid", "cdan") in results:
         diff, se = st.difference(averaged(results, ("central", "cdan")), averaged(results, ("non-iid", "cdan")))
+        federated, central = table["non-iid"]["cdan"], table["central"]["cdan"]
         rows.append(ResultRow(
             "non-iid targets, average", "(iv) FADE-CDAN close to central CDAN: gap",
-            f"{diff * 100:+.2f} ± {se * 100:.2f} points", "80.7 vs 81.7 (-1.0 points)", "reported",
+            f"{diff * 100:+.2f} ± {se * 100:.2f} points", f"{federated} vs {central} ({federated - central:+.1f} points)",
+            "reported",
         ))
     return rows
 
@@ -287,14 +297,16 @@ def plot(results: Results, study: OfficeStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: OfficeStudy, progress: bool = True) -> ReproductionReport:
-    results = run_study(ctx, study, progress)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    """Target accuracies per setting, method and task (from each run's ``model.pt``: the
+    summaries do not score the target domain), the claims' verdicts and the figure."""
+    study = office_study(ctx.quick)
+    results = scores(ctx, study)
     figures = ["office_target_accuracy.png"]
     plot(results, study, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="FADE UDA, Office protocol (1 source + 3 targets) on synthetic domains",
-        source="Hong et al. KDD 2021 §5.2, Table 1 / Hong 2021 dissertation Table 3.1 (spec 004 §2.2, §3)",
+        source=PAPER["source"],
         rows=table_rows(results, study) + claim_rows(results, study),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "target_accuracy": {f"{s}/{m}": v for (s, m), v in results.items()}},
@@ -302,6 +314,7 @@ def run_experiment(ctx: ReproductionContext, study: OfficeStudy, progress: bool 
     )
 
 
-@REPRODUCTIONS.register("fade_office", "FADE UDA, Office protocol on synthetic domains: DANN / CDAN / SHOT, iid vs non-iid targets (Hong 2021 Table 3.1)")
-def fade_office(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, office_study(ctx.quick))
+REPRODUCTIONS.register(
+    "fade_office",
+    "FADE UDA, Office protocol on synthetic domains: DANN / CDAN / SHOT, iid vs non-iid targets (Hong 2021 Table 3.1)",
+)(Reproduction(plan, report))

@@ -24,9 +24,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-from tqdm.auto import tqdm
+from typing import Any, Callable
 
 from fedveil.config import validate
 from fedveil.privacy.feature_release import (
@@ -37,13 +35,18 @@ from fedveil.privacy.feature_release import (
 )
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 BASES = ("fedavg", "fedprox", "scaffold", "fednova")
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}
 PARTITIONS: dict[str, dict[str, Any]] = {
@@ -51,17 +54,6 @@ PARTITIONS: dict[str, dict[str, Any]] = {
     "alpha=0.05": {"name": "dirichlet", "alpha": 0.05},
     "#C=2": {"name": "shards", "classes_per_client": 2},
 }
-# Table 2 (FMNIST, K = 10, E = 1; the closest grey-scale set) "with (without)" FedFed, and
-# Table 5 (#C = 2, CIFAR-10; no FMNIST row), best top-1 accuracy in %; Table 1 for CIFAR-10
-PAPER_CIFAR = {"alpha=0.1": {"fedavg": (92.34, 79.35)}}
-PAPER_CIFAR_SPEEDUP = {"alpha=0.1": {"fedavg": 7.3}}
-PAPER = {
-    "alpha=0.1": {"fedavg": (92.34, 86.73), "fedprox": (92.09, 87.73), "scaffold": (91.62, 86.31), "fednova": (92.39, 87.03)},
-    "alpha=0.05": {"fedavg": (90.69, 78.34), "fedprox": (89.68, 82.03), "scaffold": (80.48, 76.63), "fednova": (89.72, 79.98)},
-    "#C=2": {"fedavg": (89.23, 42.54), "fedprox": (88.17, 58.45), "scaffold": (84.43, 46.82), "fednova": (89.54, 45.42)},
-}
-PAPER_SPEEDUP = {"alpha=0.1": {"fedavg": 8.6, "fedprox": 2.1, "scaffold": 4.2, "fednova": 6.7},
-                 "alpha=0.05": {"fedavg": 26.3, "fedprox": 26.3, "scaffold": 6.2, "fednova": 26.3}}
 DELTA = 1e-5
 
 
@@ -93,27 +85,27 @@ class FedFedStudy:
     table: str = "digits"  # "digits" (Tables 2, 5) or "cifar" (Table 1, the 32x32 stand-in)
 
     @property
-    def paper(self) -> tuple[dict, dict]:
-        """The paper's accuracies and speed-ups this study is compared with."""
-        return (PAPER, PAPER_SPEEDUP) if self.table == "digits" else (PAPER_CIFAR, PAPER_CIFAR_SPEEDUP)
+    def paper(self) -> dict[str, Any]:
+        """The paper's numbers this study is compared with: its source, accuracies and speed-ups."""
+        return PAPER[self.table]
 
 
-def digits_study(ctx: ReproductionContext, quick: bool) -> FedFedStudy:
+def digits_study(ctx: ReproductionContext) -> FedFedStudy:
     data = {"name": "mnist", "root": str(ctx.data_dir("mnist-10k", "mnist")), "num_clients": 10, "test_fraction": 0.2}
-    if quick:
+    if ctx.quick:
         return FedFedStudy(data={**data, "test_fraction": 0.9}, partitions=["alpha=0.1"], bases=["fedavg"],
                            seeds=[0], rounds=3, distill_rounds=2, sigmas=[0.15, 1.5],
                            distiller={"latent": 16, "width": 8})
     return FedFedStudy(data=data, bases_of={"#C=2": ["fedavg"]})
 
 
-def cifar_study(quick: bool) -> FedFedStudy:
+def cifar_study(ctx: ReproductionContext) -> FedFedStudy:
     """FedAvg with / without FedFed on the 32x32 stand-in (the splitmix_cifar images in [0, 1])."""
     data = {"name": "multidomain_synthetic", "num_clients": 10, "test_fraction": 0.2, "options": {
-        "num_classes": 10, "num_domains": 1, "samples_per_class": 60 if quick else 400, "image_size": 32,
+        "num_classes": 10, "num_domains": 1, "samples_per_class": 60 if ctx.quick else 400, "image_size": 32,
         "intra_class": 4.0, "noise": 2.0, "seed": 0, "pixels": "unit"}}
     study = FedFedStudy(data=data, partitions=["alpha=0.1"], bases=["fedavg"], sigmas=[0.15], table="cifar")
-    if quick:
+    if ctx.quick:
         study.seeds, study.rounds, study.distill_rounds, study.distiller = [0], 3, 2, {"latent": 16, "width": 8}
     return study
 
@@ -159,49 +151,52 @@ def curve_of(run_dir: Path) -> list[float]:
     return [r["global_test_accuracy"] for r in rows if "global_test_accuracy" in r]
 
 
-def summary_of(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
 # (partition, base, "with" | "without") -> per seed: accuracy curve; ("sweep", sigma) -> curves
 Results = dict[tuple[str, str, str], list[list[float]]]
 
 
-def run_study(ctx: ReproductionContext, study: FedFedStudy, progress: bool = True) -> tuple[Results, dict[float, list[float]]]:
-    """Every run (phase 1 first in each partition and seed); returns the accuracy curves and
-    the ledger's epsilon per swept sigma."""
-    jobs = []
+def cells(ctx: ReproductionContext, study: FedFedStudy) -> list[tuple[tuple[str, str, str] | None, PlannedRun]]:
+    """Every run with its key in :data:`Results` (None: phase 1): per seed and partition the
+    distillation first, then every base without and with FedFed, then (first partition) the sweep over sigma."""
+    runs: list[tuple[tuple[str, str, str] | None, PlannedRun]] = []
     for seed in study.seeds:
         for partition in study.partitions:
             tag = partition.replace("=", "").replace("#", "")
-            distilled = ctx.runs_dir / f"distill_{tag}_seed{seed}"
-            jobs.append((None, distill_config(study, partition, seed), distilled))
+            distilled = f"distill_{tag}_seed{seed}"
+            runs.append((None, PlannedRun(distilled, distill_config(study, partition, seed))))
             for base in bases_in(study, partition):
-                for mode, distiller in (("without", None), ("with", distilled)):
-                    jobs.append(((partition, base, mode), train_config(study, partition, seed, base, distiller),
-                                 ctx.runs_dir / f"{tag}_{base}_{mode}_seed{seed}"))
+                for mode, distiller in (("without", None), ("with", ctx.runs_dir / distilled)):
+                    runs.append(((partition, base, mode), PlannedRun(
+                        f"{tag}_{base}_{mode}_seed{seed}", train_config(study, partition, seed, base, distiller))))
             if partition == study.partitions[0]:
                 for sigma in study.sigmas:
                     if sigma == study.sigma:  # the main run of FedAvg with FedFed
                         continue
-                    jobs.append(((partition, "sweep", f"{sigma:g}"),
-                                 train_config(study, partition, seed, "fedavg", distilled, sigma),
-                                 ctx.runs_dir / f"{tag}_sweep_sigma{sigma:g}_seed{seed}"))
-    for _, config, _ in jobs:
-        validate(config)  # every config is checked before the first run starts
+                    runs.append(((partition, "sweep", f"{sigma:g}"), PlannedRun(
+                        f"{tag}_sweep_sigma{sigma:g}_seed{seed}",
+                        train_config(study, partition, seed, "fedavg", ctx.runs_dir / distilled, sigma))))
+    return runs
+
+
+def plan(ctx: ReproductionContext, study: FedFedStudy) -> list[PlannedRun]:
+    """Phase 1 first in each partition and seed, then the runs that share its release."""
+    return [run for _, run in cells(ctx, study)]
+
+
+def scores(ctx: ReproductionContext, study: FedFedStudy, summaries: Summaries) -> tuple[Results, dict[float, list[float]]]:
+    """The accuracy curves (from the runs' per-round metrics) and the ledger's epsilon per swept sigma."""
     results: Results = {}
     epsilons: dict[float, list[float]] = {}
-    for key, config, out in tqdm(jobs, desc=f"fedfed_{study.table}", unit="run", disable=not progress, dynamic_ncols=True):
-        run_once(config, out)
+    for key, run in cells(ctx, study):
         if key is None:
             continue
-        results.setdefault(key, []).append(curve_of(out))
+        results.setdefault(key, []).append(curve_of(ctx.runs_dir / run.name))
         main = key == (study.partitions[0], "fedavg", "with")  # the sweep's point at the study's sigma
         if key[1] == "sweep" or (main and study.sigma in study.sigmas):
             sigma = float(key[2]) if key[1] == "sweep" else study.sigma
-            epsilons.setdefault(sigma, []).append(summary_of(out)["epsilon"])
+            epsilons.setdefault(sigma, []).append(summaries[run.name]["epsilon"])
             if main:
-                results.setdefault((key[0], "sweep", f"{sigma:g}"), []).append(curve_of(out))
+                results.setdefault((key[0], "sweep", f"{sigma:g}"), []).append(curve_of(ctx.runs_dir / run.name))
     return results, epsilons
 
 
@@ -240,7 +235,7 @@ def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
         for base in bases_in(study, partition):
             best = {m: [100 * max(c) for c in results[(partition, base, m)]] for m in ("with", "without")}
             rounds = {m: [rounds_to(c, t) for c, t in zip(results[(partition, base, m)], targets)] for m in best}
-            paper = study.paper[0].get(partition, {}).get(base)
+            paper = study.paper["accuracy"].get(partition, {}).get(base)
             diff, se = st.difference(best["without"], best["with"])
             rows.append(ResultRow(
                 partition, f"{LABELS[base]}: best accuracy % with (without) FedFed",
@@ -249,7 +244,7 @@ def table_rows(study: FedFedStudy, results: Results) -> list[ResultRow]:
                 f"gain {diff:+.2f}: " + st.lower_verdict(diff, se).replace("holds", "FedFed higher", 1),
             ))
             ups = {m: speedup(base_rounds, rounds[m]) for m in rounds}
-            paper_up = study.paper[1].get(partition, {}).get(base)
+            paper_up = study.paper["speedup"].get(partition, {}).get(base)
             rows.append(ResultRow(
                 partition, f"{LABELS[base]}: rounds to {st.mean(targets) * 100:.0f}% with (without); speed-up",
                 f"{_rounds_cell(rounds['with'])} ({_rounds_cell(rounds['without'])}); "
@@ -273,7 +268,7 @@ def privacy_rows(study: FedFedStudy, epsilons: dict[float, list[float]], results
             "best accuracy %; epsilon per client: rigorous (ledger, RDP) / paper's formula; all 10 clients (KOV)",
             f"{st.cell(acc, 2)}; {rigorous:.4g} ({st.mean(epsilons[sigma]):.4g}) / {paper:.3g}; "
             f"{kov_composition(paper, study.num_clients, DELTA):.3g}",
-            "curve only (Fig. 3); paper's formula only",
+            PAPER["sweep"],
         ))
     return rows
 
@@ -282,9 +277,10 @@ def communication_row(study: FedFedStudy, rows_per_client: float, model_floats: 
     gamma = rows_per_client * d * study.num_clients / model_floats  # a K / m: shared data over the model
     ratio = communication_ratio(study.distill_rounds, study.rounds, study.clients_per_round / study.num_clients,
                                 study.num_clients, gamma)
-    paper = communication_ratio(15, 1000, 0.5, 10, 14.0)
+    c = PAPER["communication"]
+    paper = communication_ratio(c["distill_rounds"], c["rounds"], c["sample_rate"], c["clients"], c["gamma"])
     return ResultRow("Eq. 17", f"extra communication over {study.rounds} rounds (gamma = {gamma:.3g})",
-                     f"{100 * ratio:.1f}%", f"{100 * paper:.2f}% (T_r 1,000, gamma 14)",
+                     f"{100 * ratio:.1f}%", f"{100 * paper:.2f}% (T_r {c['rounds']:,}, gamma {c['gamma']:g})",
                      "larger: far fewer training rounds to spread the one-off costs over")
 
 
@@ -347,10 +343,12 @@ def plot(study: FedFedStudy, results: Results, epsilons: dict[float, list[float]
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: FedFedStudy, progress: bool = True) -> ReproductionReport:
+def report(ctx: ReproductionContext, study: FedFedStudy, summaries: Summaries) -> ReproductionReport:
+    """Accuracy and speed-up with and without FedFed, accuracy against sigma and epsilon,
+    Eq. 17's overhead and the figure."""
     from fedveil.runtime.simulation import Simulation
 
-    results, epsilons = run_study(ctx, study, progress)
+    results, epsilons = scores(ctx, study, summaries)
     sim = Simulation.from_config(validate(train_config(study, study.partitions[0], study.seeds[0], "fedavg", None)))
     d = math.prod(sim.data.input_shape)
     model_floats = sum(v.numel() for v in sim.init.values())
@@ -361,8 +359,7 @@ def run_experiment(ctx: ReproductionContext, study: FedFedStudy, progress: bool 
     plot(study, results, epsilons, d, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="FedFed: each base algorithm with and without shared noisy features (Tables 1-2, 5 protocol)",
-        source=f"Yang et al. NeurIPS 2023 §4.2, {'Tables 2 and 5' if study.table == 'digits' else 'Table 1'}, Lemma D.2, "
-               "Eq. 17 (spec 003 §2-3)",
+        source=study.paper["source"],
         rows=rows,
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study),
@@ -372,11 +369,14 @@ def run_experiment(ctx: ReproductionContext, study: FedFedStudy, progress: bool 
     )
 
 
-@REPRODUCTIONS.register("fedfed_digits", "FedFed on FedAvg / FedProx / SCAFFOLD / FedNova, MNIST-10k non-IID (Tables 2, 5)")
-def fedfed_digits(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, digits_study(ctx, ctx.quick))
+def reproduction(study: Callable[[ReproductionContext], FedFedStudy]) -> Reproduction:
+    """The study ``study(ctx)`` sets up, as a plan of runs and a report."""
+    return Reproduction(lambda ctx: plan(ctx, study(ctx)), lambda ctx, summaries: report(ctx, study(ctx), summaries))
 
 
-@REPRODUCTIONS.register("fedfed_cifar", "FedFed on FedAvg, Dirichlet 0.1, SYNTHETIC 32x32 CIFAR-10 stand-in (Table 1)")
-def fedfed_cifar(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, cifar_study(ctx.quick))
+REPRODUCTIONS.register(
+    "fedfed_digits", "FedFed on FedAvg / FedProx / SCAFFOLD / FedNova, MNIST-10k non-IID (Tables 2, 5)"
+)(reproduction(digits_study))
+REPRODUCTIONS.register(
+    "fedfed_cifar", "FedFed on FedAvg, Dirichlet 0.1, SYNTHETIC 32x32 CIFAR-10 stand-in (Table 1)"
+)(reproduction(cifar_study))

@@ -44,7 +44,7 @@ def tiny_study() -> at.ADDSStudy:
 
 def test_the_study_runs_every_method_and_reports_sizes(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path)
-    report = at.run_experiment(ctx, tiny_study(), progress=False)
+    report = at.reproduction(lambda ctx: tiny_study())(ctx)
     rows = {r.metric: r for r in report.rows}
     full = 64 * 16 + 16 + 16 * 8 + 8 + 8 * 10 + 10  # the MLP supernet's floats, keep ratios excluded
     assert report.extra["supernet_params"] == full

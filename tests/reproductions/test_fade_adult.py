@@ -15,8 +15,8 @@ from fedveil_reproductions.fade_adult import (
     claim_rows,
     diagnostic_rows,
     female_weight,
+    plan,
     run_config,
-    run_study,
 )
 
 WORKCLASSES = ["Private", "Self-emp-not-inc", "State-gov"]
@@ -109,8 +109,15 @@ def test_quick_path_end_to_end_on_tiny_adult_files(tmp_path, data_root, monkeypa
     # one female user of every female row, the rest split evenly among the male users
     partition = json.loads((ctx.runs_dir / "none_m3_seed0" / "partition.json").read_text())
     assert partition["train_sizes"] == [30, 20, 20, 20] and partition["pooled_test_size"] == 36
-    again, _ = run_study(ctx, small, progress=False)  # finished runs are re-scored, not retrained
-    assert {m: {str(k): v for k, v in d.items()} for m, d in again.items()} == per_seed
+    assert [r.name for r in plan(ctx)] == [
+        f"{m}_m{males}_seed{seed}" for m, males in [("none", 1), ("vanilla", 1), ("squared", 1), ("none", 3),
+                                                    ("vanilla", 3), ("squared", 3), (WEAK, 1), (WEAK, 3)]
+        for seed in (0, 1)
+    ]
+    trained = {p: p.stat().st_mtime_ns for p in ctx.runs_dir.glob("*/metrics.jsonl")}
+    again = REPRODUCTIONS.get("fade_adult")(ctx)  # finished runs are re-scored, not retrained
+    assert again.rows == report.rows and again.extra["metrics"] == report.extra["metrics"]
+    assert {p: p.stat().st_mtime_ns for p in ctx.runs_dir.glob("*/metrics.jsonl")} == trained
 
 
 def test_female_weight_in_a_round_of_two():

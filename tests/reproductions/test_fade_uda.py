@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from fedveil.config import validate
 from fedveil.data import DATASETS
 from fedveil.models.zoo import build_model
-from fedveil.reproduce import ReproductionContext
+from fedveil.reproduce import REPRODUCTIONS, ReproductionContext
 from fedveil.runtime.recorder import MemoryRecorder
 from fedveil.runtime.run_dir import RunDirError
 from fedveil.runtime.simulation import Simulation
@@ -142,6 +142,13 @@ def office_ctx(tmp_path: Path) -> ReproductionContext:
     return ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path)
 
 
+def reproduce(name: str, study, ctx: ReproductionContext, monkeypatch):
+    """The registered reproduction ``name`` (fade_office, fade_digits) on ``study`` instead of its own."""
+    module = {"fade_office": fade_office, "fade_digits": fade_digits}[name]
+    monkeypatch.setattr(module, f"{name.removeprefix('fade_')}_study", lambda quick: study)
+    return REPRODUCTIONS.get(name)(ctx)
+
+
 def tiny_office(**changes) -> OfficeStudy:
     # 3 images per class and domain: the iid split deals every target class to all 3 target users
     settings = dict(tasks=["0->1"], methods=["dann", "cdan"], central=["cdan"], seeds=[0, 1], samples_per_class=3,
@@ -170,9 +177,9 @@ def hand_accuracy(run_dir: Path, model_name: str, options: dict, num_classes: in
 
 
 @pytest.mark.usefixtures("no_run_plots")
-def test_office_tiny_study_end_to_end_and_reuse(tmp_path):
+def test_office_tiny_study_end_to_end_and_reuse(tmp_path, monkeypatch):
     study, ctx = tiny_office(), office_ctx(tmp_path)
-    report = fade_office.run_experiment(ctx, study, progress=False)
+    report = reproduce("fade_office", study, ctx, monkeypatch)
     png = ctx.out_dir / "office_target_accuracy.png"
     assert report.figures == [png.name] and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
     acc = report.extra["target_accuracy"]
@@ -228,7 +235,7 @@ def test_office_tiny_study_end_to_end_and_reuse(tmp_path):
     # a second call reuses the finished runs: nothing retrained, every file byte for byte the same
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in runs.glob("*/*")}
     assert len({p.parent for p in before}) == 12  # 2 seeds x (pretrain + 2 splits x 2 methods + central)
-    again = fade_office.run_experiment(ctx, study, progress=False)
+    again = reproduce("fade_office", study, ctx, monkeypatch)
     assert again.rows == report.rows
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in runs.glob("*/*")}
     assert after.keys() == before.keys() and all(after[p][1] == before[p][1] for p in before)
@@ -236,7 +243,7 @@ def test_office_tiny_study_end_to_end_and_reuse(tmp_path):
     assert len(checkpoints) == 12 and all(after[p][0] == before[p][0] for p in checkpoints)
     # a run folder of another config is refused, not silently re-scored
     with pytest.raises(RunDirError, match="federation.rounds"):
-        fade_office.run_experiment(ctx, tiny_office(rounds=3), progress=False)
+        reproduce("fade_office", tiny_office(rounds=3), ctx, monkeypatch)
 
 
 def test_office_adapt_configs(tmp_path):
@@ -307,13 +314,13 @@ def test_digits_adapt_configs(tmp_path, mnist_root):
 
 
 @pytest.mark.usefixtures("no_run_plots")
-def test_digits_tiny_study_end_to_end(tmp_path, mnist_root):
+def test_digits_tiny_study_end_to_end(tmp_path, mnist_root, monkeypatch):
     from sklearn.datasets import load_digits
 
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=mnist_root)
     study = DigitsStudy(directions=["mnist->digits"], target_probabilities=[0.1, 0.5], seeds=[0],
                         pretrain_rounds=2, rounds=2, steps=1, eval_every=1)
-    report = fade_digits.run_experiment(ctx, study, progress=False)
+    report = reproduce("fade_digits", study, ctx, monkeypatch)
     assert (ctx.out_dir / "digits_target_accuracy.png").read_bytes()[:4] == b"\x89PNG"
     got = report.extra["target_accuracy"]["mnist->digits"]
     assert set(got) == {"source_only", "none", "dann", "squared"}

@@ -59,11 +59,11 @@ def test_the_communication_overhead_is_eq_17():
 
 def test_a_tiny_study_end_to_end(tmp_path, mnist_data_root):
     ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=mnist_data_root)
-    study = ft.digits_study(ctx, quick=True)
+    study = ft.digits_study(ctx)
     study.data["test_fraction"] = 0.2
     study.rounds, study.distill_rounds, study.sigmas = 2, 1, [0.15, 0.5]
     study.distiller = {"latent": 4, "width": 2}
-    report = ft.run_experiment(ctx, study, progress=False)
+    report = ft.reproduction(lambda ctx: study)(ctx)
     md, js = write_results(report, tmp_path, quick=True)
     assert (tmp_path / "accuracy_and_privacy.png").stat().st_size > 0
     payload = json.loads(js.read_text())
@@ -77,12 +77,13 @@ def test_a_tiny_study_end_to_end(tmp_path, mnist_data_root):
     assert "FedAvg: best accuracy" in md.read_text()
 
 
-def test_the_cifar_stand_in_has_unit_pixels_and_table_1s_numbers():
-    study = ft.cifar_study(quick=True)
+def test_the_cifar_stand_in_has_unit_pixels_and_table_1s_numbers(tmp_path):
+    study = ft.cifar_study(ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path))
     config = validate(ft.train_config(study, "alpha=0.1", 0, "fedavg", None))
     from fedveil.runtime.dataset import build_dataset
 
     data = build_dataset(config.data, 0)
     x = torch.cat([c.train.x for c in data.clients])
     assert data.input_shape == (3, 32, 32) and float(x.min()) == 0.0 and float(x.max()) == 1.0
-    assert study.paper[0]["alpha=0.1"]["fedavg"] == (92.34, 79.35)
+    assert study.paper["accuracy"]["alpha=0.1"]["fedavg"] == [92.34, 79.35]
+    assert study.paper["source"].startswith("Yang et al. NeurIPS 2023 §4.2, Table 1,")
