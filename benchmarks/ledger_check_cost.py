@@ -40,7 +40,7 @@ def timed(owner, name: str, sink: list[float]):
 def one_run(config) -> dict[str, float]:
     import fedveil.runtime.simulation as simulation
     from fedveil.runtime import Simulation
-    from fedveil.runtime.privacy_plan import RunPrivacy
+    from fedveil.runtime.run_privacy import RunPrivacy
 
     rounds, checks = [], []
     originals = (timed(Simulation, "train_round", rounds), timed(RunPrivacy, "check_round", checks))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from fedveil.config import load_config
-from fedveil.ecos.config import load_ecos_config
+from fedveil.runtime.ecos_config import load_ecos_config
 from fedveil.runtime.pets_job import load_pets_config
 from fedveil.runtime.sweep_plan import plan_sweep
 from fedveil.runtime import Simulation
@@ -29,9 +29,9 @@ def test_example_config_is_valid(path):
 def test_schedule_example_plans_a_decaying_noise_within_budget():
     config = load_config(str(Path(__file__).parent.parent / "examples" / "dp_fedavg_schedule.toml"), [])
     sim = Simulation.from_config(config)
-    shape = sim.privacy.shape
+    shape = sim.privacy.plan.shape
     assert shape[0] > shape[-1] == 1.0
-    assert 0.99 * config.privacy.epsilon <= sim.privacy.planned_epsilon <= config.privacy.epsilon
+    assert 0.99 * config.privacy.epsilon <= sim.privacy.plan.planned_epsilon <= config.privacy.epsilon
 
 
 def _tiny_adult(folder: Path) -> None:

@@ -75,7 +75,7 @@ def test_the_server_never_holds_an_unnoised_sum(tmp_path):
     _, _, transport = deploy(config, tmp_path / "fed")
     train = [(r, cid, wire.unpack(*reply)) for kind, r, cid, reply in transport.replies if kind == "train"]
     assert train and all("message" not in v and "secure_input" not in v for _, _, v in train)
-    plan = Simulation.from_config(config).privacy
+    plan = Simulation.from_config(config).privacy.plan
     for r in range(3):
         inputs = secure_inputs(transport, r)
         total = modular_sum(list(inputs.values()))  # what the unmask stage reveals to the server
@@ -95,7 +95,7 @@ def test_a_silo_lost_mid_round_is_survived_and_the_round_accounted_at_the_noise_
     config = ddp_config()
     summary, recorder, transport = deploy(config, tmp_path / "lost", faults={(1, 2): "lost"})
     assert [r["survivors"] for r in recorder.rows] == [5, 4, 5]
-    plan = Simulation.from_config(config).privacy
+    plan = Simulation.from_config(config).privacy.plan
     shares = [plan.distributed.share(r, 5) for r in range(3)]
     full = deploy(config, tmp_path / "full")[0]
     assert summary["epsilon"] > full["epsilon"]  # round 2 carried four shares, not five
@@ -118,6 +118,6 @@ def test_a_silo_knows_the_population_plan_its_max_epsilon_is_checked_against(tmp
     config = ddp_config()
     _, _, transport = deploy(config, tmp_path / "fed")
     silo = transport.silos[0]
-    plan = Simulation.from_config(config).privacy
+    plan = Simulation.from_config(config).privacy.plan
     assert silo.planned_epsilon_through(2) == pytest.approx(plan.planned_epsilon, rel=1e-9)
     assert 0 < silo.planned_epsilon_through(0) < silo.planned_epsilon_through(2) <= 6.0 * (1 + 1e-9)

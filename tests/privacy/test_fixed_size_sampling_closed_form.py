@@ -31,9 +31,10 @@ from dp_accounting.rdp.rdp_privacy_accountant import NeighborRel
 
 from fedveil.config import PrivacyConfig, validate
 from fedveil.privacy import DEFAULT_ORDERS, PrivacyLedger, epsilon, gaussian_steps_release, sampling_relation
-from fedveil.privacy.client_dp import ClientLevelDP
+from fedveil.privacy.randomness import NoiseSource
 from fedveil.runtime import run
-from fedveil.runtime.privacy_plan import RunPrivacy
+from fedveil.runtime.privacy_plan import PopulationPlan, PrivacyPlan
+from fedveil.runtime.run_privacy import RunPrivacy
 
 DELTA = 1e-5
 FEW_ORDERS = [1.5, 1.75] + [float(a) for a in range(2, 33)]  # without replacement costs O(order^2) per order
@@ -134,9 +135,10 @@ def test_server_noise_over_replace_one_sensitivity_is_the_recorded_multiplier():
     recorded GaussianDpEvent's multiplier must be std / sensitivity (= z / 2, not z)."""
     z, clip, n, m, dim = 3.0, 0.5, 20, 4, 20_000
     cfg = PrivacyConfig(level="client", noise_multiplier=z, clip=clip, delta=DELTA)
-    server = ClientLevelDP(noise_multiplier=z, clip=clip, expected_cohort=float(m), sampling="fixed")
-    privacy = RunPrivacy(cfg, PrivacyLedger("rdp"), n, np.ones(3), server=server, population_noise=z,
-                         population_rate=m / n, population_sampling="fixed")
+    population = PopulationPlan(z, cohort=m, sample_rate=m / n, sampling="fixed", count_noise_std=m / 20,
+                                planned_epsilon=0.0)
+    privacy = RunPrivacy.start(PrivacyPlan(cfg, n, np.ones(3), population=population), NoiseSource())
+    server = privacy.server
     updates = _updates(dim)
     template = {"w": torch.zeros(dim, dtype=torch.float64)}
     clipped_sum = sum(u["w"] * (clip / u["w"].norm()) for u in updates)

@@ -65,7 +65,7 @@ def test_accounted_epsilon_is_that_of_the_steps_one_trial_ran():
     sim = Simulation.from_config(config)
     game = SiloCanaryGame(sim, 2, 1, "serial")
     game.scores(2, 0, no_bar())
-    plan = sim.privacy.clients[2]
+    plan = sim.privacy.plan.clients[2]
     assert [dp.trainings for dp in game.ran] == [[plan.steps_per_training]]  # --rounds 1: one training
     expected = epsilon(plan.noise_multiplier, plan.batch_size / plan.num_train, plan.steps_per_training, 1e-5)
     assert game.accounted_epsilon() == pytest.approx(expected, rel=1e-9)
@@ -131,7 +131,7 @@ def test_client_level_honest_run_is_consistent_and_noise_off_is_caught(sampling)
     config = tiny_config(**{**CLIENT, "federation": {**CLIENT["federation"], "sampling": sampling}})
     honest = audit_run(config, trials=200, **QUIET)
     broken = audit_run(config, trials=200, noise=False, **QUIET)
-    planned = Simulation.from_config(config).privacy.planned_epsilon
+    planned = Simulation.from_config(config).privacy.plan.planned_epsilon
     for audit in (honest, broken):
         assert audit.result.accounted_epsilon == pytest.approx(planned, rel=1e-9) and audit.steps == 5
         assert "fc1.weight" in audit.canary  # a first-layer weight of a pixel no client uses

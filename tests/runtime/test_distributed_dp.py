@@ -107,11 +107,11 @@ def test_the_ledger_records_the_noise_the_survivors_carried(threshold, colluders
     config = dist_config(secure_aggregation={"threshold": threshold, "colluders": colluders})
     sim = Simulation.from_config(config)
     summary = sim.record(MemoryRecorder())
-    plan, mech = sim.privacy, sim.privacy.distributed.mechanism
+    plan, mech = sim.privacy, sim.privacy.plan.distributed.mechanism
     t = max(2, math.ceil(threshold * 6 - 1e-9))
     releases = sim.privacy.ledger.releases("population")
     assert len(releases) == 5 and plan.released_rounds == list(range(5))
-    planned_variance = (plan.population_noise * mech.l2_sensitivity) ** 2
+    planned_variance = (plan.plan.population_noise * mech.l2_sensitivity) ** 2
     for release in releases:
         assert release.event.variance == pytest.approx(planned_variance * (6 - colluders) / (t - colluders), rel=1e-12)
     spent = theorem_epsilon([r.event.variance for r in releases], mech.l2_sensitivity, mech.l1_sensitivity, 1e-5,

@@ -66,14 +66,14 @@ def test_client_level_noise_added_follows_the_schedule():
     )
     sim = Simulation.from_config(config)
     state = sim.fresh_state()
-    z_scale = sim.privacy.population_noise
+    z_scale = sim.privacy.plan.population_noise
     stds = []
     for r in range(config.federation.rounds):
         before = {k: v.clone() for k, v in state["server"]["params"].items()}
         sim.train_round(state, r)
         moved = torch.cat([(state["server"]["params"][k] - before[k]).flatten() for k in before])
         stds.append(float(moved.std()))
-    expected = z_scale * np.asarray(sim.privacy.shape) * 0.5 / 5
+    expected = z_scale * np.asarray(sim.privacy.plan.shape) * 0.5 / 5
     decay = exp_decay(np.arange(4), 1.0, 0.7)
     np.testing.assert_allclose(expected / expected[-1], decay / decay[-1], rtol=1e-12)
     # 650 coordinates: the std estimate is within ~3% (1 sd); allow 12%

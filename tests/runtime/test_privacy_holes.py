@@ -27,7 +27,7 @@ from fedveil.config import ConfigError
 from fedveil.privacy.composition import DEFAULT_ORDERS
 from fedveil.privacy.ledger_check import PrivacyCheckError
 from fedveil.runtime import Simulation
-from fedveil.runtime.privacy_plan import RunPrivacy
+from fedveil.runtime.run_privacy import RunPrivacy
 from fedveil.runtime.sampling import client_schedule
 from tiny_runs import tiny_config
 
@@ -281,9 +281,9 @@ def test_the_rounds_planned_releases_compose_to_the_calibrated_epsilon(sampling,
     sim = Simulation.from_config(config)
     per_subject: dict = {}
     for r, cohort in enumerate(sim.schedule):
-        for subject, releases in sim.privacy.planned_round(r, [int(c) for c in cohort]).items():
+        for subject, releases in sim.privacy.plan.planned_round(r, [int(c) for c in cohort]).items():
             per_subject.setdefault(subject, []).extend(releases)
-    for cid, plan in sim.privacy.clients.items():
+    for cid, plan in sim.privacy.plan.clients.items():
         composed = sim.privacy.ledger.epsilon_of(per_subject.get(cid, []), DELTA)
         assert composed == pytest.approx(plan.planned_epsilon, rel=1e-9)
 
@@ -295,7 +295,7 @@ def test_adaptive_clip_count_noise_is_checked_against_the_largest_scheduled_nois
     privacy = {"level": "client", "epsilon": 3.0, "delta": DELTA, "adaptive_clip": True,
                "noise_schedule": {"name": "dynamic", "gamma": 0.8}}
     sim = Simulation.from_config(tiny_config(**base, privacy={**privacy, "clip_count_noise": 100.0}))
-    z, peak = sim.privacy.population_noise, float(sim.privacy.shape.max())
+    z, peak = sim.privacy.plan.population_noise, float(sim.privacy.plan.shape.max())
     assert peak > 1.2
     between = 0.5 * (z / 2 + z * peak / 2)  # enough for the shape-1 rounds, not for the first
     with pytest.raises(ConfigError, match="clip_count_noise"):

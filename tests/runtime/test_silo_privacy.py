@@ -21,7 +21,7 @@ def _plan(algorithm: dict) -> Simulation:
 def test_ditto_plans_and_spends_two_trainings_per_round(tmp_path):
     mrmtl, ditto = _plan({"name": "mr_mtl", "lam": 0.1}), _plan({"name": "ditto", "lam": 0.1})
     for cid in range(5):
-        one, two = mrmtl.privacy.clients[cid], ditto.privacy.clients[cid]
+        one, two = mrmtl.privacy.plan.clients[cid], ditto.privacy.plan.clients[cid]
         assert two.total_steps == 2 * one.total_steps
         # independent: the noise that spends epsilon = 3 in twice the steps
         want = calibrate_noise(3.0, 1e-5, one.sample_rate, 2 * one.total_steps)
@@ -29,7 +29,7 @@ def test_ditto_plans_and_spends_two_trainings_per_round(tmp_path):
         assert two.noise_multiplier > one.noise_multiplier
     summary = ditto.run(tmp_path / "ditto")
     for cid, spent in enumerate(summary["epsilon_per_client"]):
-        plan = ditto.privacy.clients[cid]
+        plan = ditto.privacy.plan.clients[cid]
         assert spent == pytest.approx(epsilon(plan.noise_multiplier, plan.sample_rate, plan.total_steps, 1e-5), rel=1e-9)
         assert spent <= 3.0 * (1 + 1e-9)
 
@@ -39,7 +39,7 @@ def test_ifca_selections_are_calibrated_into_the_budget_and_recorded(tmp_path):
     baseline = _plan({"name": "mr_mtl", "lam": 0.0})
     selection = report_noisy_max_release(0.03 * 3.0, 2)  # 2 of the 4 rounds select
     for cid in range(5):
-        plan, base = sim.privacy.clients[cid], baseline.privacy.clients[cid]
+        plan, base = sim.privacy.plan.clients[cid], baseline.privacy.plan.clients[cid]
         assert plan.noise_multiplier > base.noise_multiplier  # room left for the selections
         want = calibrate_noise(3.0, 1e-5, plan.sample_rate, plan.total_steps, extra_events=[selection])
         assert plan.noise_multiplier == pytest.approx(want, rel=1e-3)

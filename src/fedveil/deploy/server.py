@@ -32,7 +32,7 @@ from ..privacy.person_level import PersonEpsilon, person_summary
 from ..runtime.device import resolve_device
 from ..runtime.evaluation import score_name
 from ..runtime.initial_model import initial_params
-from ..runtime.privacy_plan import RunPrivacy
+from ..runtime.run_privacy import RunPrivacy
 from ..runtime.recorder import MemoryRecorder, RunRecorder
 from ..runtime.round_metrics import summarize_client_scores
 from ..runtime.run_dir import RunDirError, config_fingerprint
@@ -96,6 +96,7 @@ class DeployedServer:
 
     @property
     def config_dict(self) -> dict[str, Any]:
+        """The run config as JSON-ready data (what ``config.json`` records)."""
         return self.config.model_dump(mode="json")
 
     def run(self, transport: Transport, recorder: RunRecorder | None = None) -> dict[str, Any]:

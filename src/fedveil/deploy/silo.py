@@ -61,7 +61,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.person_level import PersonEpsilon, person_epsilon
 from ..runtime.device import federated_to, resolve_device, to_cpu
 from ..runtime.evaluation import check_metrics
-from ..runtime.privacy_plan import RunPrivacy
+from ..runtime.run_privacy import RunPrivacy
 from ..runtime.round_metrics import RoundEvaluator
 from ..runtime.run_dir import config_fingerprint
 from ..runtime.distributed_dp import silo_streams
@@ -148,7 +148,7 @@ class Silo:
             self.schedule, fed.sampling, fed.clients_per_round, weighted_sampling=fed.client_probabilities is not None,
             secure=self.secure,
         )
-        noised_here = self.privacy is not None and (self.privacy.clients or self.privacy.distributed is not None)
+        noised_here = self.privacy is not None and (self.privacy.plan.clients or self.privacy.plan.distributed is not None)
         if noised_here and not config.privacy.secure_rng:
             warnings.warn(
                 "privacy.secure_rng is false: this silo's DP noise comes from streams seeded by the config, which the "
@@ -239,12 +239,15 @@ class Silo:
         return self.secure.threshold(len(self.schedule[round_idx]))
 
     def secagg_advertise(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Secure aggregation, stage 0: a new session at the silo's own threshold and its signed round public keys."""
         self._stage_request(round_idx, tensors, skeleton)
         sign = None if self.identity_key is None else (lambda payload: self.identity_key.sign(payload).hex())
         self.secagg = SecAggClient(self.client_id, self._threshold(round_idx), sign, self.peer_keys)
         return wire.pack(self.secagg.advertise(round_idx))
 
     def secagg_share(self, round_idx: int, tensors, skeleton: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Secure aggregation, stage 1: the encrypted shares of
+        this silo's secrets for the other silos in ``publics``."""
         request = self._stage_request(round_idx, tensors, skeleton)
         return wire.pack(self._secagg_call(lambda s: s.share(round_idx, request.get("publics") or {})))
 
@@ -344,7 +347,7 @@ class Silo:
     def _secure_input(self, message: dict[str, Any], round_idx: int) -> np.ndarray:
         """The vector secure aggregation sums: the quantised weighted update, or under
         distributed DP the clipped, rounded update with this silo's Skellam share added."""
-        plan = None if self.privacy is None else self.privacy.distributed
+        plan = None if self.privacy is None else self.privacy.plan.distributed
         if plan is not None:
             share = plan.share(round_idx, len(self.schedule[round_idx]))
             streams = silo_streams(self.privacy.noise, self.config.seed, round_idx, self.client_id)
@@ -383,13 +386,13 @@ class Silo:
         """Epsilon of every release the plan calibrated for this silo in rounds 0..``round_idx``
         (the rounds of the seeded schedule it is in), plus its setup releases; under distributed
         DP the population's releases through that round, which cover every silo."""
-        if self.privacy.distributed is not None:
-            planned = [self.privacy.distributed.planned_release(r) for r in range(round_idx + 1)]
+        if self.privacy.plan.distributed is not None:
+            planned = [self.privacy.plan.distributed.planned_release(r) for r in range(round_idx + 1)]
             return self.privacy.ledger.epsilon_of(planned, self.config.privacy.delta)
-        planned = list(self.privacy.setup.get(self.client_id, []))
+        planned = list(self.privacy.plan.setup.get(self.client_id, []))
         for r in range(round_idx + 1):
             if self.client_id in {int(c) for c in self.schedule[r]}:
-                planned += self.privacy.planned_round(r, [self.client_id]).get(self.client_id, [])
+                planned += self.privacy.plan.planned_round(r, [self.client_id]).get(self.client_id, [])
         return self.privacy.ledger.epsilon_of(planned, self.config.privacy.delta)
 
     def epsilon(self) -> float:

@@ -234,7 +234,7 @@ class SiloCanaryGame:
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
         self.privacy, self.cid, self.executor = sim.privacy, cid, executor
-        self.plan = sim.privacy.clients[cid]
+        self.plan = sim.privacy.plan.clients[cid]
         self.subject = f"silo {cid}'s DP-SGD local training"
         self.rounds = _first_rounds(list(self.plan.rounds), rounds, f"client {cid}")
         self.steps = self.plan.steps_per_training * len(self.rounds)
@@ -379,9 +379,9 @@ class ClientCanaryGame:
         self.privacy, self.server = sim.privacy, sim.privacy.server
         self.rounds = _first_rounds(list(range(sim.config.federation.rounds)), rounds, "the population")
         self.steps = len(self.rounds)
-        self.noise_multiplier = self.privacy.population_noise
+        self.noise_multiplier = self.privacy.plan.population_noise
         self.num_clients, self.cohort = sim.data.num_clients, sim.config.federation.clients_per_round
-        self.rate = self.privacy.population_rate  # q = m / N
+        self.rate = self.privacy.plan.population.sample_rate  # q = m / N
         self.initial_clip = self.server.clip
         self.template = sim.init
         self.honest = [self._honest_update(sim, cid) for cid in range(self.num_clients)]
@@ -390,7 +390,7 @@ class ClientCanaryGame:
         self.dirac = {k: torch.zeros_like(v) for k, v in sim.init.items()}
         self.dirac[name].view(-1)[index] = DIRAC_NORM * self.initial_clip
         self.negated = {k: -v for k, v in self.dirac.items()}
-        sampling = self.privacy.population_sampling
+        sampling = self.privacy.plan.population.sampling
         how = "joins each round with probability q" if sampling == "poisson" else "client 0's slot, +/- update"
         self.canary = f"one client's Dirac update on {name}[{index}] ({how})"
 
@@ -422,7 +422,7 @@ class ClientCanaryGame:
         name, index = self.coordinate
         total = 0.0
         for r in self.rounds:
-            self.server.noise_multiplier = self.privacy.population_noise * float(self.privacy.shape[r])
+            self.server.noise_multiplier = self.privacy.plan.population_noise * float(self.privacy.plan.shape[r])
             noise = self.privacy.noise.stream("dp-fedavg", generator)
             mean, _ = self.server.noisy_mean(self._cohort_updates(include, generator), self.template, noise)
             total += float(mean[name].view(-1)[index])
@@ -430,7 +430,7 @@ class ClientCanaryGame:
 
     def _cohort_updates(self, include: bool, generator: torch.Generator) -> list[Params]:
         n = self.num_clients
-        if self.privacy.population_sampling == "poisson":
+        if self.privacy.plan.population.sampling == "poisson":
             joins = torch.rand(n + 1, generator=generator) < self.rate  # the last coin is the canary's
             updates = [self.honest[c] for c in torch.nonzero(joins[:n]).flatten().tolist()]
             return updates + [self.dirac] if include and bool(joins[n]) else updates
@@ -440,7 +440,7 @@ class ClientCanaryGame:
     def accounted_epsilon(self) -> float:
         """Epsilon of the plan's releases of the rounds run (the noise every trial claims,
         with a zero noise source too), composed in a fresh ledger."""
-        releases = [release for r in self.rounds for release in self.privacy.planned_round(r, [])[POPULATION]]
+        releases = [release for r in self.rounds for release in self.privacy.plan.planned_round(r, [])[POPULATION]]
         return self.privacy.ledger.epsilon_of(releases, self.privacy.config.delta)
 
 

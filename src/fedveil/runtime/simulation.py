@@ -36,7 +36,7 @@ from .client_store import ClientStateStore, MemoryClientStore
 from .device import CPU, federated_to, resolve_device
 from .executor import auto_executor, make_executor
 from ..training.local import LocalTrainer, task_loss
-from .privacy_plan import RunPrivacy
+from .run_privacy import RunPrivacy
 from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
 from .report import write_report
 from .secure_sum import SecureSumSettings, summed_in_the_clear
@@ -201,7 +201,7 @@ def training_task(
         generator=torch_generator(seed, "train", round_idx, cid),
         trainer=trainer,
         dp=None if privacy is None else privacy.task_dp(cid, round_idx),
-        privacy_budget=None if privacy is None else privacy.budget_of(cid),
+        privacy_budget=None if privacy is None else privacy.plan.budget_of(cid),
     )
 
 
@@ -346,7 +346,7 @@ class Simulation:
                 self.privacy.record_releases(task.client_id, result.releases)
         messages = [(c, r.message) for c, r in zip(cohort, results)]
         facts = {}
-        if self.privacy is not None and self.privacy.distributed is not None:
+        if self.privacy is not None and self.privacy.plan.distributed is not None:
             server, facts = self._distributed_update(planned, messages, round_idx, len(cohort)), {}
         elif self.privacy is not None and self.privacy.server is not None:
             server, facts = self._client_level_update(planned, messages, round_idx)
