@@ -128,3 +128,55 @@ def test_the_checker_sees_lazy_and_type_checking_imports(tmp_path, monkeypatch):
     assert graph["fedveil.a.x"] == {"fedveil.a.y"}
     assert graph["fedveil.a.y"] == {"fedveil.a.x"}
     assert _cycles(graph) == [["fedveil.a.x", "fedveil.a.y"]]
+
+
+REPRODUCTIONS_PACKAGE = PACKAGE.parent / "fedveil_reproductions"
+# The modules reproductions share; every other module is one reproduction (or one family's
+# registration) and no sibling may import it.
+SHARED_REPRODUCTION_MODULES = {
+    "paper_numbers", "silo_study", "vehicle_silos", "fade_uda", "ecos_study", "splitmix_study",
+}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved within its package)."""
+    package = path.parent.name
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = f"{package}.{node.module}" if node.level == 1 and node.module else package if node.level else node.module
+            names.add(base or "")
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_library_never_imports_the_reproductions():
+    """fedveil finds them only through the ``fedveil.reproductions`` entry point."""
+    offending = sorted(
+        f"{p.relative_to(PACKAGE.parent)} -> {name}"
+        for p in PACKAGE.rglob("*.py") for name in _imported_modules(p)
+        if name.split(".")[0] == "fedveil_reproductions"
+    )
+    assert not offending, "library modules importing the reproductions:\n" + "\n".join(offending)
+
+
+def test_reproductions_share_code_only_through_shared_modules():
+    modules = {p.stem for p in REPRODUCTIONS_PACKAGE.glob("*.py")} - {"__init__"}
+    assert SHARED_REPRODUCTION_MODULES <= modules
+    offending = sorted(
+        f"{p.stem} -> {name}"
+        for p in REPRODUCTIONS_PACKAGE.glob("*.py") if p.stem != "__init__"
+        for name in _imported_modules(p)
+        if name.startswith("fedveil_reproductions.")
+        and name.split(".")[1] in modules - SHARED_REPRODUCTION_MODULES - {p.stem}
+    )
+    assert not offending, "reproductions importing another reproduction's internals:\n" + "\n".join(offending)
+
+
+def test_the_checker_sees_a_reproduction_importing_a_sibling(tmp_path):
+    (tmp_path / "fedveil_reproductions").mkdir()
+    path = tmp_path / "fedveil_reproductions" / "b.py"
+    path.write_text("from .a import f\nfrom . import c\nfrom fedveil.reproduce import ResultRow\n")
+    assert {"fedveil_reproductions.a", "fedveil_reproductions.c", "fedveil.reproduce.ResultRow"} <= _imported_modules(path)

@@ -62,12 +62,16 @@ class Reproduction:
 
     plan: Callable[[ReproductionContext], list[PlannedRun]]
     report: Callable[[ReproductionContext, Summaries], ReproductionReport]
+    run_plots: bool = True  # False: no per-run PNGs (grids of many runs)
 
     def __call__(self, ctx: ReproductionContext) -> ReproductionReport:
-        return self.report(ctx, run_plan(self.plan(ctx), ctx.runs_dir, progress=not ctx.quick))
+        summaries = run_plan(self.plan(ctx), ctx.runs_dir, progress=not ctx.quick, plots=self.run_plots)
+        return self.report(ctx, summaries)
 
 
-def run_plan(runs: list[PlannedRun], runs_dir: Path, *, progress: bool = True) -> dict[str, dict[str, Any]]:
+def run_plan(
+    runs: list[PlannedRun], runs_dir: Path, *, progress: bool = True, plots: bool = True,
+) -> dict[str, dict[str, Any]]:
     """Run every planned run into ``runs_dir/<name>`` through the sweep runner and return the
     summaries by name. Every config is validated before the first run starts; names must be unique."""
     names = [r.name for r in runs]
@@ -76,7 +80,7 @@ def run_plan(runs: list[PlannedRun], runs_dir: Path, *, progress: bool = True) -
     sweep_runs = [
         SweepRun(i, SweepPoint(r.name, r.name, ()), validate(r.config), runs_dir / r.name) for i, r in enumerate(runs)
     ]
-    summaries = run_all(sweep_runs, progress=progress, echo=lambda line: None)
+    summaries = run_all(sweep_runs, progress=progress, plots=plots, echo=lambda line: None)
     return dict(zip(names, summaries))
 
 

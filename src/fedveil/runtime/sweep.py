@@ -79,10 +79,11 @@ def run_sweep(
 
 def run_all(
     runs: list[SweepRun], *, progress: bool = True, use_ray: bool = False, echo: Callable[[str], Any] = print,
+    plots: bool = True,
 ) -> list[dict[str, Any]]:
     """Run every one of ``runs`` into its folder and return their summaries, in order: a
     finished run is kept, an interrupted one resumes from its checkpoint (what a sweep and
-    a reproduction's plan both do)."""
+    a reproduction's plan both do). ``plots=False`` skips each run's PNGs (grids of many runs)."""
     total = len(runs)
     summaries: dict[int, dict[str, Any]] = {}
     todo = []
@@ -94,11 +95,11 @@ def run_all(
         else:
             todo.append(run)
     if use_ray:
-        summaries.update(_run_on_ray(todo, total, echo))
+        summaries.update(_run_on_ray(todo, total, echo, plots))
     else:
         for run in todo:
             bars = [ProgressBar(_tag(run, total), lines=1)] if progress else []
-            summaries[run.index] = Simulation.from_config(run.config, bars).run(run.path, resume=True)
+            summaries[run.index] = Simulation.from_config(run.config, bars).run(run.path, resume=True, plots=plots)
             if not progress:
                 echo(f"{_tag(run, total)}: {result_line(summaries[run.index])}")
     return [summaries[i] for i in range(total)]
@@ -118,7 +119,9 @@ def _tag(run: SweepRun, total: int) -> str:
     return f"[{run.index + 1}/{total}] {run.point.label}"
 
 
-def _run_on_ray(runs: list[SweepRun], total: int, echo: Callable[[str], Any]) -> dict[int, dict[str, Any]]:
+def _run_on_ray(
+    runs: list[SweepRun], total: int, echo: Callable[[str], Any], plots: bool = True,
+) -> dict[int, dict[str, Any]]:
     if not runs:
         return {}
     for run in runs:
@@ -135,7 +138,7 @@ def _run_on_ray(runs: list[SweepRun], total: int, echo: Callable[[str], Any]) ->
         address = runs[0].config.ray.address
         ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     remote = ray.remote(num_cpus=1)(_run_one)
-    pending = {remote.remote(r.config.model_dump(), str(r.path)): r for r in runs}
+    pending = {remote.remote(r.config.model_dump(), str(r.path), plots): r for r in runs}
     done: dict[int, dict[str, Any]] = {}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -145,9 +148,9 @@ def _run_on_ray(runs: list[SweepRun], total: int, echo: Callable[[str], Any]) ->
     return done
 
 
-def _run_one(config: dict[str, Any], path: str) -> dict[str, Any]:
+def _run_one(config: dict[str, Any], path: str, plots: bool = True) -> dict[str, Any]:
     """A Ray task: one sweep run (no progress bar), resumed from its checkpoint if it has one."""
-    return Simulation.from_config(validate(config)).run(path, resume=True)
+    return Simulation.from_config(validate(config)).run(path, resume=True, plots=plots)
 
 
 __all__ = ["RUNS_DIR", "SWEEP_FILE", "SweepRun", "open_sweep", "result_line", "run_all", "run_sweep"]
