@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from .config_file import read_config_file
-from .errors import ConfigError, format_validation_error
+from .errors import ConfigError, fields_by_path, format_validation_error
 
 
 DEVICE_NAMES = r"auto|cpu|cuda(:\d+)?"  # the spellings of ``device`` (resolved by fedveil.runtime.device)
@@ -446,16 +446,31 @@ def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def apply_dotted_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_dotted_overrides(
+    raw: dict[str, Any], overrides: list[str], model: type[BaseModel] | None = None
+) -> dict[str, Any]:
     """A copy of ``raw`` with ``section.key=value`` overrides set (values read as TOML): the
-    override form of configs other than the run config's (``fedveil pets``)."""
+    override form of configs other than the run config's (``fedveil pets``, ``fedveil ecos``).
+    With the ``model`` validated next, a bare key (``budget=50``) is set at the one setting of
+    that name in its sections; an ambiguous one is refused, an unknown one left to validation."""
     raw = _deep_copy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override '{item}' is not of the form section.key=value")
-        _set_path(raw, tuple(key.strip().split(".")), parse_value(text))
+        path = tuple(key.strip().split("."))
+        if len(path) == 1 and model is not None:
+            path = _setting_path(model, path[0])
+        _set_path(raw, path, parse_value(text))
     return raw
+
+
+def _setting_path(model: type[BaseModel], key: str) -> tuple[str, ...]:
+    """The path of ``model``'s one setting called ``key`` (``(key,)`` when there is none)."""
+    matches = [path + (key,) for path, names in fields_by_path(model).items() if key in names]
+    if len(matches) > 1:
+        raise ConfigError(f"'{key}' is ambiguous: write one of {', '.join('.'.join(p) for p in matches)}")
+    return matches[0] if matches else (key,)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -34,13 +34,13 @@ def _section(model: type[BaseModel], field: str) -> type[BaseModel] | None:
     return annotation if inspect.isclass(annotation) and issubclass(annotation, BaseModel) else None
 
 
-def _fields_by_path(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], list[str]]:
+def fields_by_path(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], list[str]]:
     """Every (sub)section's path and its field names."""
     out = {prefix: list(model.model_fields)}
     for name in model.model_fields:
         section = _section(model, name)
         if section is not None:
-            out.update(_fields_by_path(section, prefix + (name,)))
+            out.update(fields_by_path(section, prefix + (name,)))
     return out
 
 
@@ -48,7 +48,7 @@ def did_you_mean(model: type[BaseModel], loc: tuple) -> str:
     """`` (did you mean 'federation.rounds'?)`` for the unknown key at ``loc``: the closest name
     in its own section, else the section that has a setting of that name, else nothing."""
     *parents, key = (str(p) for p in loc)
-    sections = _fields_by_path(model)
+    sections = fields_by_path(model)
     here = sections.get(tuple(parents))
     if here is None:
         return ""
@@ -61,4 +61,4 @@ def did_you_mean(model: type[BaseModel], loc: tuple) -> str:
     return f"; accepted: {', '.join(here)}" if here else "; it takes no parameters"
 
 
-__all__ = ["ConfigError", "did_you_mean", "format_validation_error"]
+__all__ = ["ConfigError", "did_you_mean", "fields_by_path", "format_validation_error"]

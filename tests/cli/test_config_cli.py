@@ -92,14 +92,14 @@ def test_config_show_ecos_prints_the_default_job_as_a_loadable_toml(tmp_path, ca
     """``fedveil config show ecos`` covers the ECOS job (issue 36, item 6): its TOML loads back
     to the defaults."""
     from fedveil.cli.main import main
-    from fedveil.ecos.config import ecos_config_from_dict, load_ecos_config
+    from fedveil.runtime.ecos_config import ECOSJobConfig, load_ecos_config
 
     assert main(["config", "show", "ecos"]) == 0
     text = capsys.readouterr().out
     assert "[ecos]" in text and "secure_rng = false" in text
     path = tmp_path / "job.toml"
     path.write_text(text)
-    assert load_ecos_config(path).to_dict() == ecos_config_from_dict({}).to_dict()
+    assert load_ecos_config(path).to_dict() == ECOSJobConfig().to_dict()
 
 
 def test_every_model_option_has_a_one_line_meaning():

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
-import fedveil.ecos.job as job
+import fedveil.runtime.ecos_job as job
 from fedveil.cli.main import main
-from fedveil.ecos.config import load_ecos_config
-from fedveil.ecos.pipeline import plan, plan_labelling
+from fedveil.ecos.cloud_training import CloudSGD
+from fedveil.ecos.fixmatch import FixMatchSettings
+from fedveil.ecos.pipeline import ECOSSettings, plan, plan_labelling
+from fedveil.ecos.private_knn import KNNSettings
 from fedveil.errors import ConfigError
 from fedveil.privacy.ledger import PrivacyLedger
+from fedveil.runtime.ecos_config import ECOSJobConfig, load_ecos_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ecos_digits.toml"
 FILES = ("config.json", "selection.json", "ledger.json", "summary.json")
@@ -138,6 +141,14 @@ def test_a_rerun_after_a_crash_reuses_the_selection_and_records_no_second_releas
     assert done == read(out, "summary.json")
 
 
+def test_a_fixmatch_job_reads_its_settings_from_cloud_fixmatch(tmp_path, mnist_data_root):
+    overrides = ['cloud.trainer="fixmatch"', "cloud.epochs=1", "cloud.fixmatch.unlabeled_ratio=2"]
+    config = load_ecos_config(tiny_config(tmp_path / "cfg", mnist_data_root), overrides)
+    assert config.cloud.fixmatch.settings == FixMatchSettings(unlabeled_ratio=2)
+    summary = job.run_job(config, tmp_path / "job", progress=False)
+    assert summary["trainer"] == "fixmatch" and 0.0 <= summary["accuracy"] <= 1.0
+
+
 def test_a_folder_of_another_config_is_refused(tmp_path, mnist_data_root):
     path = tiny_config(tmp_path / "cfg", mnist_data_root)
     out = tmp_path / "job"
@@ -166,27 +177,49 @@ def test_config_errors_are_one_line_and_name_the_dotted_key(tmp_path, mnist_data
     with pytest.raises(ConfigError) as err:
         load_ecos_config(typo)
     message = str(err.value)
-    assert message.startswith("ecos.budjet: unknown key") and "did you mean ecos.budget?" in message
+    assert message.startswith("ecos.budjet: Extra inputs are not permitted") and "did you mean 'ecos.budget'?" in message
     assert "\n" not in message
     cases = {
-        "ecos.R=0": r"^ecos\.R must be an integer >= 1",
-        "data.cloud=\"IID\"": r"^data\.cloud must be one of ID, ID\+OoD, OoD; got 'IID' \(did you mean 'ID'\?\)",
-        "labels.sample_rate=2": r"^labels\.sample_rate must lie in \(0, 1\]",
-        "cloud.fixmatch.threshold=2": r"^cloud\.fixmatch\.threshold must lie in \[0, 1\]",
-        "cloud.model_options.widht=1": r"^cloud\.model_options\.widht: unknown key; did you mean "
-                                       r"cloud\.model_options\.width\?",
-        "ecos.extractor_options.cell=3": r"^ecos\.extractor_options\.cell: unknown key; did you mean",
-        "data.options.rows=3": r"^data\.options\.rows: unknown key",
+        "ecos.R=0": r"^ecos\.R: Input should be greater than or equal to 1 \(got 0\)",
+        "data.cloud=\"IID\"": r"^data\.cloud: Input should be 'ID', 'ID\+OoD' or 'OoD' \(got 'IID'\)",
+        "labels.sample_rate=2": r"^labels\.sample_rate: Input should be less than or equal to 1",
+        "cloud.fixmatch.threshold=2": r"^cloud\.fixmatch\.threshold: Input should be less than or equal to 1",
+        "cloud.model_options.widht=1": r"^cloud\.model_options: widht: unknown key \(did you mean 'width'\?\)",
+        "ecos.extractor_options.cell=3": r"^ecos\.extractor_options: cell: unknown key \(did you mean 'cells'\?\)",
+        "data.options.rows=3": r"^data\.options: data set 'digit_domains_synthetic' has no option 'rows'",
+        "data.options.root=\"x\"": r"^data\.options: set root as data\.root",
+        "ecos.sigma=inf": r"^ecos\.sigma: Input should be a finite number",
+        "labels.per_class=0": r'^labels\.per_class: must be an integer >= 1 or "all"; got 0',
+        "data.client_domain=\"\"": r"^data\.client_domain: must be a domain index >= 0 or a non-empty domain name",
         "sample_rate=0.5": r"'sample_rate' is ambiguous: write one of ecos\.sample_rate, labels\.sample_rate",
+        "budjet=7": r"^budjet: Extra inputs are not permitted \(got 7\); accepted: seed, data, ecos, labels, cloud",
+        "ecos.budjet=7": r"^ecos\.budjet: Extra inputs are not permitted \(got 7\) \(did you mean 'ecos\.budget'\?\)",
+        "ecos.budget=\"many\"": r"^ecos\.budget: Input should be a valid integer, unable to parse .* \(got 'many'\)",
     }
     clean = tiny_config(tmp_path / "clean", mnist_data_root)
     for override, pattern in cases.items():
-        with pytest.raises(ConfigError, match=pattern):
+        with pytest.raises(ConfigError, match=pattern) as err:
             load_ecos_config(clean, [override])
-    with pytest.raises(ConfigError, match=r"^ecos\.x: unknown key"):
+        assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^ecos\.x: Extra inputs are not permitted"):
         load_ecos_config(path)
     assert load_ecos_config(clean, ["budget=7"]).ecos.budget == 7  # a bare key of one setting
     assert load_ecos_config(clean, ['labels.per_class="all"']).labels.knn.per_class is None
+    assert load_ecos_config(clean, ["seed=5"]).data.split_seed == 5  # data.split_seed follows the seed
+    assert load_ecos_config(clean, ["seed=5", "data.split_seed=2"]).data.split_seed == 2
+
+
+def test_the_config_sections_hold_every_setting_of_the_ecos_dataclasses_with_their_defaults():
+    """A field added to ECOSSettings, KNNSettings, CloudSGD or FixMatchSettings must be a key of
+    its section (else the job silently runs at its default)."""
+    config = ECOSJobConfig()
+    sections = ((config.ecos, ECOSSettings, {"extractor", "extractor_options"}), (config.labels, KNNSettings, set()),
+                (config.cloud, CloudSGD, set()), (config.cloud.fixmatch, FixMatchSettings, set()))
+    for section, cls, own_defaults in sections:  # the job's phi is hog_color on 4x4 cells, not the dataclass's
+        assert set(cls.__dataclass_fields__) <= set(type(section).model_fields)
+        defaults = cls()
+        for name in set(cls.__dataclass_fields__) - own_defaults:
+            assert getattr(section, name) == getattr(defaults, name), (cls.__name__, name)
 
 
 def test_the_cli_runs_a_job_and_reports_bad_values_on_one_line(tmp_path, mnist_data_root, monkeypatch, capsys):
@@ -194,7 +227,11 @@ def test_the_cli_runs_a_job_and_reports_bad_values_on_one_line(tmp_path, mnist_d
     path = str(tiny_config(tmp_path / "cfg", mnist_data_root))
     assert main(["ecos", path, "ecos.R=0", "--out", "bad"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("fedveil: error: ecos.R must be an integer >= 1")
+    assert err.count("\n") == 1 and err.startswith("fedveil: error: ecos.R: Input should be greater than or equal to 1")
+    assert main(["ecos", path, "cloud.epoch=3", "--out", "bad"]) == 2  # an unknown key
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedveil: error: cloud.epoch: Extra inputs are not permitted")
+    assert "did you mean 'cloud.epochs'?" in err
     assert not (tmp_path / "bad").exists()
     # a value only the ecos modules refuse (HOG blocks larger than the cells): one line too
     assert main(["ecos", path, "ecos.extractor_options.block=9", "--out", "bad_block", "--quiet"]) == 2

@@ -16,6 +16,8 @@ from ..registry import Registry
 
 @dataclass(frozen=True)
 class Param:
+    """One parameter of a component as the tables show it: name, type, default and meaning, all text."""
+
     name: str
     type: str
     default: str
@@ -111,6 +113,7 @@ KINDS = (
 
 
 def params_table(params: list[Param], markdown: bool = False) -> str:
+    """``params`` as aligned text columns, or a markdown table with ``markdown``."""
     if not params:
         return "(no parameters)" if not markdown else "_no parameters_"
     if markdown:
@@ -130,10 +133,10 @@ ECOS_JOB = "ecos"
 
 def ecos_job_toml() -> str:
     """``fedveil config show ecos``: the default ECOS job (``fedveil ecos CONFIG``), every key."""
-    from ..ecos.config import ecos_config_from_dict
+    from ..runtime.ecos_config import ECOSJobConfig
 
-    return ("# ECOS job: fedveil ecos CONFIG.toml [key=value ...]; sections and keys in docs/ecos.md\n"
-            + to_toml(ecos_config_from_dict({}).to_dict()))
+    return ("# ECOS job: fedveil ecos CONFIG.toml [section.key=value ...]; sections and keys in docs/ecos.md\n"
+            + to_toml(ECOSJobConfig().to_dict()))
 
 
 PETS_JOB = "pets"
@@ -192,6 +195,8 @@ def default_config_toml() -> str:
 
 
 def to_toml(tree: dict[str, Any], prefix: str = "") -> str:
+    """``tree`` (nested dicts) as TOML text under the table
+    ``prefix``: scalars first, unset keys commented, then sub-tables."""
     from ..runtime.sweep_plan import toml_literal
 
     scalars = [f"{k} = {toml_literal(v)}" for k, v in tree.items() if v is not None and not _is_table(v)]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
+    """Adds ``fedveil deploy`` and its steps (prepare, schema, certs, app, silo, local) to the subparsers ``sub``."""
     deploy = sub.add_parser(
         "deploy", help="deploy a run over the network with Flower (prepare, certs, app, local)",
         description=__doc__.split("\n\n")[0],

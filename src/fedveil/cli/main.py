@@ -23,6 +23,7 @@ EXIT_PRIVACY_VIOLATION = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fedveil`` argument parser with every subcommand and its options."""
     parser = argparse.ArgumentParser(prog="fedveil", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"fedveil {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -202,6 +203,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command of ``argv``; exit status 0, 2 for a user
+    error, 3 for a privacy violation, 130 when interrupted."""
     args = parse_args(argv)
     from ..privacy.ledger_check import PrivacyCheckError
 
@@ -261,11 +264,13 @@ def check_out(out: Path, resume: bool) -> None:
 
 
 def default_out(config) -> Path:
+    """The default run directory ``runs/<dataset>-<algorithm>-<time>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{config.data.name}-{config.algorithm.name}-{stamp}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``fedveil run``: resolve the config, train (or resume) in the run directory, print the summary."""
     from ..runtime import ProgressBar, Simulation
 
     config = resolve_run_config(args)
@@ -283,6 +288,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: dict, out: Path) -> None:
+    """Prints a finished run's headline scores, epsilon, method signals and where its files are."""
     score = summary["score"]
     print(
         f"\n{summary['algorithm']} on {summary['dataset']} ({summary['model']}, {summary['num_clients']} clients, "
@@ -346,6 +352,7 @@ SIGNALS_SHOWN = 12
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    """``fedveil audit``: the empirical privacy audit of a config; status 3 when its lower bound exceeds epsilon."""
     import json
 
     from ..config import load_config
@@ -366,8 +373,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ecos(args: argparse.Namespace) -> int:
-    from ..ecos.config import load_ecos_config
-    from ..ecos.job import format_summary, run_job
+    """``fedveil ecos``: run one ECOS job from its config; a value the job refuses is a one-line user error."""
+    from ..runtime.ecos_config import load_ecos_config
+    from ..runtime.ecos_job import format_summary, run_job
 
     path, overrides = split_items(args.items)
     if path is None:
@@ -396,6 +404,7 @@ def cmd_ecos(args: argparse.Namespace) -> int:
 
 
 def cmd_pets(args: argparse.Namespace) -> int:
+    """``fedveil pets``: run the PETs pandemic-forecasting pipeline and print its AP, recall and F1."""
     from ..runtime.pets_job import load_pets_config, run_pets
 
     path, overrides = split_items(args.items)
@@ -424,6 +433,7 @@ def cmd_pets(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """``fedveil sweep``: run (or resume) every config of a sweep plan in the sweep directory."""
     from ..runtime.sweep import run_sweep
     from ..runtime.sweep_plan import plan_sweep
 
@@ -443,6 +453,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``fedveil compare``: table of the given runs or sweeps, written with its plots to ``--out``."""
     from ..runtime.compare import compare_runs, format_table, to_json
     from ..runtime.compare_plots import write_plots
     from ..runtime.run_dir import write_json
@@ -464,6 +475,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``fedveil report``: a run's metrics table printed and its report files (re)written."""
     from ..runtime.metrics_table import run_table
     from ..runtime.report import write_report
 
@@ -483,6 +495,7 @@ def _print_entries(registry) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``fedveil evaluate``: a finished run's saved model re-scored at the given widths, lambdas and attack."""
     from ..runtime.saved_model import evaluate_saved
     from ..training.adversarial import PGD
 
@@ -526,6 +539,7 @@ def _width(text: str) -> float:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    """``fedveil config show [NAME]``: a component's parameters, a default job, or the whole default config."""
     from .catalog import default_config_toml, show
 
     print(show(args.name) if args.name else default_config_toml(), end="\n" if args.name else "")
@@ -533,30 +547,35 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
+    """``fedveil datasets``: lists the registered data sets."""
     from ..data import DATASETS
 
     return _print_entries(DATASETS)
 
 
 def cmd_algorithms(args: argparse.Namespace) -> int:
+    """``fedveil algorithms``: lists the registered algorithms."""
     from ..algorithms import ALGORITHMS
 
     return _print_entries(ALGORITHMS)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    """``fedveil models``: lists the registered models."""
     from ..models import MODELS
 
     return _print_entries(MODELS)
 
 
 def cmd_partitions(args: argparse.Namespace) -> int:
+    """``fedveil partitions``: lists the registered partitioners."""
     from ..data import PARTITIONERS
 
     return _print_entries(PARTITIONERS)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    """``fedveil reproduce NAME``: runs a paper reproduction and writes its results (without a name: lists them)."""
     from ..data.source import DATA_ENV_VAR
     from ..reproduce import ReproductionContext, load_reproductions, output_folder, write_results
 
@@ -582,6 +601,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """``fedveil bench``: runs the benchmark suite over the chosen systems and workloads."""
     from ..bench import run_suite
 
     def names(text: str | None) -> list[str] | None:

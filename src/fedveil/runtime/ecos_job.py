@@ -52,15 +52,15 @@ import torch
 
 from ..data import DATASETS
 from ..data.source import DataSource
+from ..ecos.cloud_training import accuracy, initial_model, train_classifier
+from ..ecos.pipeline import PRIVATE_METHODS, CloudPool, label, plan, plan_labelling, select
+from ..ecos.selection_plot import plot_selection
+from ..ecos.splits import split_rows
 from ..errors import ConfigError
 from ..privacy.events import Release
 from ..privacy.ledger import PrivacyLedger
 from ..seeding import numpy_generator
-from .cloud_training import accuracy, initial_model, train_classifier
-from .config import ECOSJobConfig
-from .selection_plot import plot_selection
-from .pipeline import PRIVATE_METHODS, CloudPool, label, plan, plan_labelling, select
-from .splits import split_rows
+from .ecos_config import ECOSJobConfig
 
 __all__ = [
     "CONFIG_FILE", "JobPlan", "LABELS_FILE", "LEDGER_FILE", "SELECTION_FILE", "SUMMARY_FILE", "format_summary",
@@ -316,10 +316,10 @@ def _train(config: ECOSJobConfig, data: _Data, rows: np.ndarray, labels: np.ndar
         if cloud.trainer == "supervised" or not rows.size:
             return train_classifier(labelled, data.source.num_classes, cloud.model, cloud.model_options, cloud.sgd,
                                     config.seed)
-        from .fixmatch import train_fixmatch
+        from ..ecos.fixmatch import train_fixmatch
 
         return train_fixmatch(labelled, train.x[data.pool], data.source.num_classes, cloud.model, cloud.model_options,
-                              cloud.sgd, cloud.fixmatch, config.seed)
+                              cloud.sgd, cloud.fixmatch.settings, config.seed)
     except ValueError as err:
         raise ConfigError(f"cloud: {' '.join(str(err).split())}") from None
 
