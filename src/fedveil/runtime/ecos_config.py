@@ -60,7 +60,7 @@ from ..errors import ConfigError, format_validation_error
 from ..models import MODELS
 from ..models.zoo import model_options
 from ..privacy.composition import ACCOUNTANTS
-from ..registry import UnknownNameError
+from ..registry import Registry, UnknownNameError
 from .dataset import check_loader_options
 
 __all__ = [
@@ -126,11 +126,7 @@ class ECOSData(Section):
     @field_validator("name")
     @classmethod
     def _known_dataset(cls, name: str) -> str:
-        try:
-            DATASETS.entry(name)
-        except UnknownNameError as err:
-            raise ValueError(str(err)) from None
-        return name
+        return _registered(DATASETS, name)
 
     @field_validator("root")
     @classmethod
@@ -266,11 +262,7 @@ class ECOSCloud(_Finite):
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str) -> str:
-        try:
-            MODELS.entry(model)
-        except UnknownNameError as err:
-            raise ValueError(str(err)) from None
-        return model
+        return _registered(MODELS, model)
 
     @field_validator("model_options")
     @classmethod
@@ -320,3 +312,12 @@ def load_ecos_config(path: str | Path, overrides: list[str] | None = None) -> EC
         return ECOSJobConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, model=ECOSJobConfig)) from None
+
+
+def _registered(registry: Registry, name: str) -> str:
+    """``name`` if ``registry`` holds it, else a ValueError listing what it holds."""
+    try:
+        registry.entry(name)
+    except UnknownNameError as err:
+        raise ValueError(str(err)) from None
+    return name
