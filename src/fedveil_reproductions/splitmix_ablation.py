@@ -21,41 +21,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.runtime.saved_model import evaluate_saved
 
-from .splitmix_digits import WIDTHS, SplitMixStudy, run_config
+from .paper_numbers import paper_numbers
+from .splitmix_study import WIDTHS, SplitMixStudy, run_config
 
+PAPER = paper_numbers(__name__)
 REFRESH_PASSES = 20
-# Table C.3: (BN option, rescale init, rescale layer) -> accuracy (%) at x0.125, x0.25, x0.5, x1
-PAPER = {
-    ("batch average", False, False): (81.1, 84.3, 86.2, 87.3),
-    ("batch average", False, True): (81.1, 84.2, 86.2, 87.2),
-    ("batch average", True, False): (84.5, 87.5, 88.9, 89.8),
-    ("batch average", True, True): (84.6, 87.5, 89.0, 89.8),
-    ("post average", False, False): (81.2, 84.5, 86.2, 87.4),
-    ("post average", False, True): (81.2, 84.4, 86.2, 87.3),
-    ("post average", True, False): (84.5, 87.5, 89.0, 89.9),
-    ("post average", True, True): (84.9, 87.8, 89.3, 90.2),
-    ("tracked", False, False): (79.6, 82.8, 84.8, 85.7),
-    ("tracked", False, True): (9.4, 10.6, 10.6, 10.6),
-    ("tracked", True, False): (83.5, 86.4, 87.9, 88.7),
-    ("tracked", True, True): (8.8, 8.8, 8.8, 10.6),
-    ("locally tracked", False, False): (81.1, 84.3, 86.3, 87.3),
-    ("locally tracked", False, True): (9.8, 10.6, 10.1, 11.7),
-    ("locally tracked", True, False): (84.9, 87.7, 89.1, 90.0),
-    ("locally tracked", True, True): (10.5, 10.6, 12.1, 11.1),
-}
 # the trained runs: "_local" = tracked BN whose statistics each client keeps (algorithm.buffers = "local")
 TRAINED_AS = {"batch average": "batch_average", "tracked": "batch_tracked", "post average": "batch_tracked",
               "locally tracked": "batch_tracked_local"}
@@ -82,24 +64,30 @@ def name_of(norm: str, init: bool, layer: bool, seed: int) -> str:
     return f"{norm}_init{int(init)}_layer{int(layer)}_seed{seed}"
 
 
-def run_study(ctx: ReproductionContext, study: AblationStudy, progress: bool = True) -> Results:
-    """One training per (trained BN, init, layer, seed); post average re-scores the tracked runs."""
-    jobs = []
-    for seed in study.base.seeds:
-        for norm in sorted({TRAINED_AS[o] for o in study.options}):
-            for init in (False, True):
-                for layer in (False, True):
-                    config = run_config(ctx, study.base, "split_mix", seed, None)
-                    config["model"]["options"].update({"norm": norm.removesuffix("_local"), "rescale_init": init,
-                                                       "rescale_layer": layer})
-                    if norm.endswith("_local"):
-                        config["algorithm"]["buffers"] = "local"
-                    validate(config)
-                    jobs.append((norm, init, layer, config, ctx.runs_dir / name_of(norm, init, layer, seed)))
+def trained(study: AblationStudy) -> list[tuple[str, bool, bool, int]]:
+    """(trained BN, rescaled init, Scaler, seed) of every training run."""
+    return [(norm, init, layer, seed) for seed in study.base.seeds for norm in sorted({TRAINED_AS[o] for o in study.options})
+            for init in (False, True) for layer in (False, True)]
+
+
+def study_plan(ctx: ReproductionContext, study: AblationStudy) -> list[PlannedRun]:
+    """One training per (trained BN, init, layer, seed)."""
+    runs = []
+    for norm, init, layer, seed in trained(study):
+        config = run_config(ctx, study.base, "split_mix", seed, None)
+        config["model"]["options"].update({"norm": norm.removesuffix("_local"), "rescale_init": init,
+                                           "rescale_layer": layer})
+        if norm.endswith("_local"):
+            config["algorithm"]["buffers"] = "local"
+        runs.append(PlannedRun(name_of(norm, init, layer, seed), config))
+    return runs
+
+
+def score(ctx: ReproductionContext, study: AblationStudy) -> Results:
+    """Every BN option's accuracy at every width; post average re-scores the tracked runs."""
     results: Results = {}
-    for norm, init, layer, config, out in tqdm(jobs, desc="splitmix_ablation", unit="run", disable=not progress,
-                                               dynamic_ncols=True):
-        run_once(config, out)
+    for norm, init, layer, seed in trained(study):
+        out = ctx.runs_dir / name_of(norm, init, layer, seed)
         for option in study.options:
             if TRAINED_AS[option] != norm:
                 continue
@@ -109,12 +97,23 @@ def run_study(ctx: ReproductionContext, study: AblationStudy, progress: bool = T
     return results
 
 
+def paper_row(key: Key) -> list[float]:
+    """Table C.3's accuracies (%) at x0.125 .. x1 for (BN option, rescaled init, Scaler)."""
+    option, init, layer = key
+    return PAPER["table_c3"][option][f"init_{'on' if init else 'off'}"][f"layer_{'on' if layer else 'off'}"]
+
+
+def paper_x1(first: Key, second: Key) -> str:
+    """Two Table C.3 cells at x1, as "a% vs b%"."""
+    return f"{paper_row(first)[-1]}% vs {paper_row(second)[-1]}%"
+
+
 def table_rows(results: Results, study: AblationStudy) -> list[ResultRow]:
     rows = []
     for option in study.options:
         for init in (False, True):
             for layer in (False, True):
-                got, paper = results[(option, init, layer)], PAPER[(option, init, layer)]
+                got, paper = results[(option, init, layer)], paper_row((option, init, layer))
                 rows.append(ResultRow(
                     f"{option}, rescale init {'on' if init else 'off'}, rescale layer {'on' if layer else 'off'}",
                     "accuracy x0.125 / x0.25 / x0.5 / x1",
@@ -135,22 +134,22 @@ def claim_rows(results: Results, study: AblationStudy) -> list[ResultRow]:
         diff, se = st.difference(acc(("batch average", False, False)), acc(("batch average", True, False)))
         rows.append(ResultRow("batch average, no Scaler, x1", "(a) rescaled init above default init",
                               f"{st.mean(acc(('batch average', True, False))):.4f} vs {st.mean(acc(('batch average', False, False))):.4f}",
-                              "89.8% vs 87.3%", st.lower_verdict(diff, se)))
+                              paper_x1(("batch average", True, False), ("batch average", False, False)), st.lower_verdict(diff, se)))
     if {"batch average", "post average"} <= set(study.options):
         diff, se = st.difference(acc(("batch average", True, True)), acc(("post average", True, True)))
         rows.append(ResultRow("rescale init and Scaler on, x1", "(b) post average >= batch average",
                               f"{st.mean(acc(('post average', True, True))):.4f} vs {st.mean(acc(('batch average', True, True))):.4f}",
-                              "90.2% vs 89.8%", st.at_least_verdict(diff, se)))
+                              paper_x1(("post average", True, True), ("batch average", True, True)), st.at_least_verdict(diff, se)))
     if {"tracked", "locally tracked"} <= set(study.options):
         diff, se = st.difference(acc(("tracked", True, False)), acc(("locally tracked", True, False)))
         rows.append(ResultRow("rescaled init, no Scaler, x1", "(d) locally tracked >= globally tracked",
                               f"{st.mean(acc(('locally tracked', True, False))):.4f} vs {st.mean(acc(('tracked', True, False))):.4f}",
-                              "90.0% vs 88.7%", st.at_least_verdict(diff, se)))
+                              paper_x1(("locally tracked", True, False), ("tracked", True, False)), st.at_least_verdict(diff, se)))
     if "tracked" in study.options:
         diff, se = st.difference(acc(("tracked", True, True)), acc(("tracked", True, False)))
         rows.append(ResultRow("tracked BN, rescaled init, x1", "(c) the Scaler breaks tracked BN",
                               f"{st.mean(acc(('tracked', True, True))):.4f} with vs {st.mean(acc(('tracked', True, False))):.4f} without",
-                              "10.6% vs 88.7%", st.lower_verdict(diff, se)))
+                              paper_x1(("tracked", True, True), ("tracked", True, False)), st.lower_verdict(diff, se)))
     return rows
 
 
@@ -196,14 +195,15 @@ def plot(results: Results, study: AblationStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: AblationStudy, progress: bool = True) -> ReproductionReport:
-    results = run_study(ctx, study, progress)
+def study_report(ctx: ReproductionContext, study: AblationStudy) -> ReproductionReport:
+    """Every option's accuracy per width beside Table C.3, the claims and a figure."""
+    results = score(ctx, study)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["ablation.png"]
     plot(results, study, ctx.out_dir / figures[0])
     return ReproductionReport(
         title="Split-Mix ablation: rescaled init, rescale layer and BN statistics (Table C.3)",
-        source="Hong et al. ICLR 2022, Table C.3 (Digits; spec 000 part 2 §A.6, §A.12)",
+        source=PAPER["source"],
         rows=table_rows(results, study) + claim_rows(results, study),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "accuracy": {
@@ -213,6 +213,14 @@ def run_experiment(ctx: ReproductionContext, study: AblationStudy, progress: boo
     )
 
 
-@REPRODUCTIONS.register("splitmix_ablation", "Split-Mix rescaled init / Scaler / BN statistics ablation on digits (Table C.3)")
-def splitmix_ablation(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, ablation_study(ctx.quick))
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    return study_plan(ctx, ablation_study(ctx.quick))
+
+
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    return study_report(ctx, ablation_study(ctx.quick))
+
+
+REPRODUCTIONS.register("splitmix_ablation", "Split-Mix rescaled init / Scaler / BN statistics ablation on digits (Table C.3)")(
+    Reproduction(plan, report)
+)

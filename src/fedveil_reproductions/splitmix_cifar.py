@@ -26,42 +26,36 @@ from typing import Any
 
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 
-from .splitmix_digits import (
+from .paper_numbers import paper_numbers
+from .splitmix_study import (
     LABELS,
     WIDTHS,
     Results,
     SplitMixStudy,
     costs,
+    per_width,
     plot,
-    run_study,
+    score,
+    study_plan,
     table_rows,
 )
 
 SETTINGS = ("noniid", "iid")
-# Table 4.1 (CIFAR10 class non-iid) and Table C.4 (CIFAR10 i.i.d FL, 100%): accuracy (%) per width
-PAPER = {
-    "noniid": {
-        "fedavg": {0.125: 43.4, 0.25: 45.7, 0.5: 50.3, 1.0: 53.3},
-        "sheterofl": {0.125: 49.1, 0.25: 51.4, 0.5: 51.5, 1.0: 49.9},
-        "split_mix": {0.125: 48.0, 0.25: 51.1, 0.5: 52.1, 1.0: 52.7},
-    },
-    "iid": {
-        "fedavg": {0.125: 82.2, 0.25: 86.1, 0.5: 89.8, 1.0: 91.0},
-        "sheterofl": {0.125: 81.9, 0.25: 85.2, 0.5: 86.5, 1.0: 85.9},
-        "split_mix": {0.125: 80.9, 0.25: 83.4, 0.5: 85.2, 1.0: 86.0},
-    },
-}
-SOURCE = {"noniid": "Table 4.1 (CIFAR10 class non-iid)", "iid": "Table C.4 (CIFAR10 i.i.d, 100%)"}
+PAPER = paper_numbers(__name__)
+TABLES = {setting: per_width(PAPER[setting]["accuracy"]) for setting in SETTINGS}  # setting -> method -> width -> %
 # every method at 0.1: the code's CIFAR sweeps use 0.01 for Split-Mix (and FedAvg non-IID) over
 # 400 rounds x 5 epochs; over this study's ~30x fewer steps 0.01 leaves Split-Mix's bases
 # under-trained (measured on a first run: train loss 1.6 per base against FedAvg x1's 0.01)
-LR = {setting: {"split_mix": 0.1, "heterofl": 0.1, "sheterofl": 0.1, "fedavg": 0.1} for setting in ("noniid", "iid")}
+LR = {setting: {"split_mix": 0.1, "heterofl": 0.1, "sheterofl": 0.1, "fedavg": 0.1} for setting in SETTINGS}
 
 
 @dataclass
@@ -81,9 +75,6 @@ class CifarStudy(SplitMixStudy):
     @property
     def num_clients(self) -> int:
         return self.clients
-
-    def label(self) -> str:
-        return f"splitmix_cifar ({self.setting})"
 
     def data_section(self, ctx: ReproductionContext) -> dict[str, Any]:
         partition: dict[str, Any] = {"name": "iid"}
@@ -108,11 +99,15 @@ def cifar_study(setting: str, quick: bool = False) -> CifarStudy:
     return CifarStudy(setting=setting, seeds=[0, 1, 2], rounds=30, lr=dict(LR[setting]), loss=loss)
 
 
+def cifar_studies(quick: bool = False) -> dict[str, CifarStudy]:
+    return {setting: cifar_study(setting, quick) for setting in SETTINGS}
+
+
 def claim_rows(setting: str, results: Results) -> list[ResultRow]:
     def mean(method: str, w: float) -> float:
         return st.mean(results[method][w])
 
-    paper = PAPER[setting]
+    paper = TABLES[setting]
     rows = []
     diff, se = st.difference(results["sheterofl"][1.0], results["split_mix"][1.0])
     rows.append(ResultRow(
@@ -158,24 +153,33 @@ def scale_notes(studies: dict[str, CifarStudy], quick: bool) -> list[str]:
     return notes
 
 
-def run_experiment(ctx: ReproductionContext, studies: dict[str, CifarStudy], progress: bool = True) -> ReproductionReport:
+def run_folder(setting: str) -> str:
+    """Where a setting's runs sit, relative to ``ctx.runs_dir``: ``<out>/<setting>/runs/``."""
+    return f"../{setting}/runs/"
+
+
+def studies_plan(ctx: ReproductionContext, studies: dict[str, CifarStudy]) -> list[PlannedRun]:
+    return [run for setting, study in studies.items() for run in study_plan(ctx, study, run_folder(setting))]
+
+
+def studies_report(ctx: ReproductionContext, studies: dict[str, CifarStudy]) -> ReproductionReport:
+    """Each setting's models scored at every width beside its paper table, with the claims and a figure each."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     rows, figures, accuracy = [], [], {}
     first = next(iter(studies.values()))
     cost = costs((3, first.size, first.size), first.model, first.full_width)
     for setting, study in studies.items():
-        sub = ReproductionContext(out_dir=ctx.out_dir / setting, quick=ctx.quick, data_root=ctx.data_root)
-        results = run_study(sub, study, progress)
+        results = score(ctx, study, run_folder(setting))
         accuracy[setting] = {m: {f"{w:g}": v for w, v in by.items()} for m, by in results.items()}
         rows += [replace(row, setting=f"{setting}, {row.setting}")
-                 for row in table_rows(results, study, cost, PAPER[setting], SOURCE[setting])]
+                 for row in table_rows(results, study, cost, TABLES[setting], PAPER[setting]["table"])]
         rows += claim_rows(setting, results)
         figures.append(f"accuracy_vs_width_{setting}.png")
         title = "CIFAR-10 stand-in, " + ("class non-IID (3 classes/client)" if setting == "noniid" else "IID")
-        plot(results, study, ctx.out_dir / figures[-1], PAPER[setting], title, "real CIFAR-10")
+        plot(results, study, ctx.out_dir / figures[-1], TABLES[setting], title, "real CIFAR-10")
     return ReproductionReport(
         title="Split-Mix on a synthetic CIFAR-10 stand-in: accuracy per width, class non-IID and IID",
-        source="Hong et al. ICLR 2022, Table 4.1 (CIFAR10) and Table C.4 (spec 000 part 2 §A.12)",
+        source=PAPER["source"],
         rows=rows,
         scale_notes=scale_notes(studies, ctx.quick),
         extra={"studies": {k: asdict(v) for k, v in studies.items()}, "accuracy": accuracy, "costs": cost,
@@ -184,6 +188,14 @@ def run_experiment(ctx: ReproductionContext, studies: dict[str, CifarStudy], pro
     )
 
 
-@REPRODUCTIONS.register("splitmix_cifar", "Split-Mix vs HeteroFL / SHeteroFL / FedAvg per width, CIFAR-10 stand-in (Tables 4.1, C.4)")
-def splitmix_cifar(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, {setting: cifar_study(setting, ctx.quick) for setting in SETTINGS})
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    return studies_plan(ctx, cifar_studies(ctx.quick))
+
+
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    return studies_report(ctx, cifar_studies(ctx.quick))
+
+
+REPRODUCTIONS.register("splitmix_cifar", "Split-Mix vs HeteroFL / SHeteroFL / FedAvg per width, CIFAR-10 stand-in (Tables 4.1, C.4)")(
+    Reproduction(plan, report)
+)

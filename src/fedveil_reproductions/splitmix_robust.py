@@ -31,29 +31,32 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
+    Summaries,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.runtime.run_dir import MODEL_FILE
 from fedveil.runtime.saved_model import evaluate_saved
 from fedveil.training.adversarial import PGD
 
-from .splitmix_digits import WIDTHS, digit_domains
+from .paper_numbers import paper_numbers
+from .splitmix_study import WIDTHS, digit_domains
 
+PAPER = paper_numbers(__name__)
 EPS, STEPS = 8 / 255, 7
 # method -> setting (lambda_n for AT, test lambda for DAT) -> {"sa": [...], "ra": [...]} per seed
 Results = dict[str, dict[float, dict[str, list[float]]]]
 # (width, test lambda) of Split-Mix DAT, or "budget_at" (FedAvg+AT at x0.125) -> {"sa", "ra"} per seed
 JointResults = dict[Any, dict[str, list[float]]]
 JOINT_LAMBDA_N = 0.5
+JOINT_METHODS = ("splitmix_dat", "budget_at")  # Fig. 4.7c-d
 
 
 @dataclass
@@ -115,23 +118,18 @@ def joint_config(ctx: ReproductionContext, study: RobustStudy, seed: int, method
     return config
 
 
-def run_joint(ctx: ReproductionContext, study: RobustStudy, progress: bool = True) -> JointResults:
+def score_joint(ctx: ReproductionContext, study: RobustStudy) -> JointResults:
     """SA and RA of Split-Mix DAT at every width x test lambda, and of budget-compatible FedAvg+AT."""
-    jobs = [(m, joint_config(ctx, study, seed, m), ctx.runs_dir / f"{m}_seed{seed}")
-            for seed in study.seeds for m in ("splitmix_dat", "budget_at")]
-    for _, config, _ in jobs:
-        validate(config)
     attack, results = PGD(EPS, STEPS), {}
-    for method, config, out in tqdm(jobs, desc="splitmix_robust (joint)", unit="run", disable=not progress,
-                                    dynamic_ncols=True):
-        run_once(config, out)
-        scale = study.joint_width  # WIDTHS are relative to the model's x1 (joint_width wide)
-        widths, lams = ([w * scale for w in WIDTHS], study.test_lambdas) if method == "splitmix_dat" else ([None], [None])
-        for row in evaluate_saved(out, widths, lams=lams, attack=attack):
-            key = (row["width"] / scale, row["lam"]) if method == "splitmix_dat" else "budget_at"
-            cell = results.setdefault(key, {"sa": [], "ra": []})
-            cell["sa"].append(row["accuracy"])
-            cell["ra"].append(row["robust_accuracy"])
+    scale = study.joint_width  # WIDTHS are relative to the model's x1 (joint_width wide)
+    for seed in study.seeds:
+        for method in JOINT_METHODS:
+            widths, lams = ([w * scale for w in WIDTHS], study.test_lambdas) if method == "splitmix_dat" else ([None], [None])
+            for row in evaluate_saved(ctx.runs_dir / f"{method}_seed{seed}", widths, lams=lams, attack=attack):
+                key = (row["width"] / scale, row["lam"]) if method == "splitmix_dat" else "budget_at"
+                cell = results.setdefault(key, {"sa": [], "ra": []})
+                cell["sa"].append(row["accuracy"])
+                cell["ra"].append(row["robust_accuracy"])
     return results
 
 
@@ -182,23 +180,40 @@ def plot_joint(joint: JointResults, study: RobustStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_study(ctx: ReproductionContext, study: RobustStudy, progress: bool = True) -> tuple[Results, list[float]]:
-    """SA and RA of every setting, and each DAT model's clean / noise BN gap (:func:`bn_gap`)."""
-    jobs = []
+def trained(study: RobustStudy) -> list[tuple[str, float | None, int, str]]:
+    """(method, AT lambda_n or None, seed, run name) of every Fig. 4.7a-b training run."""
+    runs = []
     for seed in study.seeds:
-        for lam in study.at_lambdas:
-            jobs.append(("fedavg_at", lam, run_config(ctx, study, seed, "batch_tracked", lam), ctx.runs_dir / f"at_lam{lam:g}_seed{seed}"))
-        jobs.append(("dat", None, run_config(ctx, study, seed, "dual_batch_tracked", 0.5), ctx.runs_dir / f"dat_seed{seed}"))
+        runs += [("fedavg_at", lam, seed, f"at_lam{lam:g}_seed{seed}") for lam in study.at_lambdas]
+        runs.append(("dat", None, seed, f"dat_seed{seed}"))
         if study.oat:
-            jobs.append(("oat", None, run_config(ctx, study, seed, "film_dual_batch_tracked", 0.0, oat=True),
-                         ctx.runs_dir / f"oat_seed{seed}"))
-    for _, _, config, _ in jobs:
-        validate(config)  # every config is checked before the first run starts
+            runs.append(("oat", None, seed, f"oat_seed{seed}"))
+    return runs
+
+
+def trained_config(ctx: ReproductionContext, study: RobustStudy, method: str, lam: float | None, seed: int) -> dict[str, Any]:
+    if method == "fedavg_at":
+        return run_config(ctx, study, seed, "batch_tracked", lam)
+    if method == "dat":
+        return run_config(ctx, study, seed, "dual_batch_tracked", 0.5)
+    return run_config(ctx, study, seed, "film_dual_batch_tracked", 0.0, oat=True)
+
+
+def study_plan(ctx: ReproductionContext, study: RobustStudy) -> list[PlannedRun]:
+    """The Fig. 4.7a-b runs, then (``joint``) the width x robustness ones."""
+    runs = [PlannedRun(name, trained_config(ctx, study, method, lam, seed)) for method, lam, seed, name in trained(study)]
+    if study.joint:
+        runs += [PlannedRun(f"{m}_seed{seed}", joint_config(ctx, study, seed, m)) for seed in study.seeds for m in JOINT_METHODS]
+    return runs
+
+
+def score(ctx: ReproductionContext, study: RobustStudy) -> tuple[Results, list[float]]:
+    """SA and RA of every setting, and each DAT model's clean / noise BN gap (:func:`bn_gap`)."""
     attack = PGD(EPS, STEPS)
     results: Results = {}
     gaps: list[float] = []
-    for method, lam, config, out in tqdm(jobs, desc="splitmix_robust", unit="run", disable=not progress, dynamic_ncols=True):
-        run_once(config, out)
+    for method, lam, _, name in trained(study):
+        out = ctx.runs_dir / name
         if method == "dat":
             gaps.append(bn_gap(out))
         lams = {"dat": study.test_lambdas, "oat": study.at_lambdas}.get(method, [None])
@@ -352,9 +367,10 @@ def plot(results: Results, study: RobustStudy, path: Path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: RobustStudy, progress: bool = True) -> ReproductionReport:
-    results, gaps = run_study(ctx, study, progress)
-    joint = run_joint(ctx, study, progress) if study.joint else {}
+def study_report(ctx: ReproductionContext, study: RobustStudy) -> ReproductionReport:
+    """SA and RA of every model and setting, the claims and the figures."""
+    results, gaps = score(ctx, study)
+    joint = score_joint(ctx, study) if study.joint else {}
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["robustness_tradeoff.png"]
     plot(results, study, ctx.out_dir / figures[0])
@@ -363,7 +379,7 @@ def run_experiment(ctx: ReproductionContext, study: RobustStudy, progress: bool 
         plot_joint(joint, study, ctx.out_dir / figures[1])
     return ReproductionReport(
         title="Robustness customised at test time: dual-BN adversarial training vs FedAvg+AT",
-        source="Hong et al. ICLR 2022 Fig. 4.7a-b, App. C.1.2 (spec 000 part 2 §A.7; curves, no numbers)",
+        source=PAPER["source"],
         rows=table_rows(results, study) + claim_rows(results, study, gaps) + (joint_rows(joint, study) if joint else []),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study), "results": {m: {f"{k:g}": v for k, v in by.items()} for m, by in results.items()},
@@ -373,6 +389,14 @@ def run_experiment(ctx: ReproductionContext, study: RobustStudy, progress: bool 
     )
 
 
-@REPRODUCTIONS.register("splitmix_robust", "Split-Mix dual-BN AT vs FedAvg+AT: SA-RA trade-off chosen at test time (Fig. 4.7)")
-def splitmix_robust(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, robust_study(ctx.quick))
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    return study_plan(ctx, robust_study(ctx.quick))
+
+
+def report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    return study_report(ctx, robust_study(ctx.quick))
+
+
+REPRODUCTIONS.register("splitmix_robust", "Split-Mix dual-BN AT vs FedAvg+AT: SA-RA trade-off chosen at test time (Fig. 4.7)")(
+    Reproduction(plan, report)
+)

@@ -22,21 +22,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
 from fedveil.reproduce import (
     REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
     ReproductionContext,
     ReproductionReport,
     ResultRow,
-    run_once,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.runtime.saved_model import evaluate_saved
 
-from .splitmix_digits import WIDTHS, SplitMixStudy, run_config
+from .paper_numbers import paper_numbers
+from .splitmix_study import WIDTHS, SplitMixStudy, run_config
 
+PAPER = paper_numbers(__name__)
 # name -> algorithm keys (budgets of equal groups, or log-normal)
 DISTRIBUTIONS: dict[str, dict[str, Any]] = {
     "8-4-2-1": {"budgets": [0.125, 0.25, 0.5, 1.0]},
@@ -92,19 +92,21 @@ def job_config(ctx: ReproductionContext, study: VariantStudy, setting: str, meth
     return config
 
 
-def run_study(ctx: ReproductionContext, study: VariantStudy, progress: bool = True) -> Results:
-    jobs = []
-    for seed in study.base.seeds:
-        for setting in study.settings:
-            for method in ("split_mix", "baseline"):
-                config = job_config(ctx, study, setting, method, seed)
-                validate(config)
-                jobs.append((setting, method, config, ctx.runs_dir / f"{setting}_{method}_seed{seed}"))
+def trained(study: VariantStudy) -> list[tuple[str, str, int, str]]:
+    """(setting, "split_mix" or "baseline", seed, run name) of every training run."""
+    return [(setting, method, seed, f"{setting}_{method}_seed{seed}")
+            for seed in study.base.seeds for setting in study.settings for method in ("split_mix", "baseline")]
+
+
+def study_plan(ctx: ReproductionContext, study: VariantStudy) -> list[PlannedRun]:
+    return [PlannedRun(name, job_config(ctx, study, setting, method, seed)) for setting, method, seed, name in trained(study)]
+
+
+def score(ctx: ReproductionContext, study: VariantStudy) -> Results:
+    """Every trained model's accuracy at every width."""
     results: Results = {}
-    for setting, method, config, out in tqdm(jobs, desc=f"splitmix_{study.kind}", unit="run", disable=not progress,
-                                             dynamic_ncols=True):
-        run_once(config, out)
-        for row in evaluate_saved(out, list(WIDTHS)):
+    for setting, method, _, name in trained(study):
+        for row in evaluate_saved(ctx.runs_dir / name, list(WIDTHS)):
             results.setdefault((setting, method), {}).setdefault(row["width"], []).append(row["accuracy"])
     return results
 
@@ -182,15 +184,16 @@ def plot(study: VariantStudy, results: Results, path) -> None:
     plt.close(fig)
 
 
-def run_experiment(ctx: ReproductionContext, study: VariantStudy, progress: bool = True) -> ReproductionReport:
-    results = run_study(ctx, study, progress)
+def study_report(ctx: ReproductionContext, study: VariantStudy) -> ReproductionReport:
+    """Split-Mix against the baseline per setting, the claims and a figure."""
+    results = score(ctx, study)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figure = f"splitmix_{study.kind}.png"
     plot(study, results, ctx.out_dir / figure)
     what = "other budget distributions (Fig. C.4)" if study.kind == "budgets" else "lower contact rates (Fig. C.5)"
     return ReproductionReport(
         title=f"Split-Mix under {what}",
-        source="Hong et al. ICLR 2022 App. C.1.5, Figs. C.4-C.5 (spec 000 part 2 §A.1, §A.11; no numbers)",
+        source=PAPER["source"],
         rows=rows_of(results, study),
         scale_notes=scale_notes(study, ctx.quick),
         extra={"study": asdict(study),
@@ -199,11 +202,15 @@ def run_experiment(ctx: ReproductionContext, study: VariantStudy, progress: bool
     )
 
 
-@REPRODUCTIONS.register("splitmix_budgets", "Split-Mix vs (S)HeteroFL under other budget distributions (Fig. C.4)")
-def splitmix_budgets(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, variant_study("budgets", ctx.quick))
+def reproduction(kind: str) -> Reproduction:
+    """``splitmix_budgets`` or ``splitmix_contact``: the plan and report of :func:`variant_study`."""
+    return Reproduction(lambda ctx: study_plan(ctx, variant_study(kind, ctx.quick)),
+                        lambda ctx, summaries: study_report(ctx, variant_study(kind, ctx.quick)))
 
 
-@REPRODUCTIONS.register("splitmix_contact", "Split-Mix vs SHeteroFL with fewer clients per round (Fig. C.5)")
-def splitmix_contact(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, variant_study("contact", ctx.quick))
+REPRODUCTIONS.register("splitmix_budgets", "Split-Mix vs (S)HeteroFL under other budget distributions (Fig. C.4)")(
+    reproduction("budgets")
+)
+REPRODUCTIONS.register("splitmix_contact", "Split-Mix vs SHeteroFL with fewer clients per round (Fig. C.5)")(
+    reproduction("contact")
+)

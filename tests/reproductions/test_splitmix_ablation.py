@@ -3,11 +3,12 @@ the paper's, and the claims read the right cells."""
 from __future__ import annotations
 
 from fedveil_reproductions import splitmix_ablation as ab
+from fedveil_reproductions.splitmix_study import WIDTHS
 
 
 def _results(value_of) -> ab.Results:
     return {
-        (option, init, layer): {w: [value_of(option, init, layer, w)] * 2 for w in ab.WIDTHS}
+        (option, init, layer): {w: [value_of(option, init, layer, w)] * 2 for w in WIDTHS}
         for option in ("batch average", "tracked", "post average", "locally tracked")
         for init in (False, True) for layer in (False, True)
     }

@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 from fedveil.config import validate
-from fedveil.reproduce import ReproductionContext
+from fedveil.reproduce import ReproductionContext, run_plan
 from fedveil.runtime.simulation import Simulation
 from fedveil_reproductions import splitmix_cifar as sc
-from fedveil_reproductions.splitmix_digits import WIDTHS, run_config
+from fedveil_reproductions.splitmix_study import WIDTHS, run_config
 
 torch.set_num_threads(1)
 
@@ -50,7 +50,9 @@ def test_split_mix_and_heterofl_read_the_budgets_as_the_same_fractions_of_x1(tmp
 
 def test_the_study_trains_every_method_and_scores_every_width(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path)
-    report = sc.run_experiment(ctx, {"iid": tiny("iid")}, progress=False)
+    studies = {"iid": tiny("iid")}
+    run_plan(sc.studies_plan(ctx, studies), ctx.runs_dir, progress=False)
+    report = sc.studies_report(ctx, studies)
     accuracy = report.extra["accuracy"]["iid"]
     assert set(accuracy) == {"split_mix", "heterofl", "sheterofl", "fedavg"}
     for by_width in accuracy.values():

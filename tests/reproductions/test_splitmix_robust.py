@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fedveil.reproduce import ReproductionContext
+from fedveil.reproduce import ReproductionContext, run_plan
 from fedveil_reproductions import splitmix_robust as rb
 
 torch.set_num_threads(1)
@@ -17,7 +17,8 @@ def test_the_study_scores_sa_and_ra_for_every_setting(tmp_path, mnist_data_root)
     study = rb.RobustStudy(at_lambdas=[0.0, 0.5], test_lambdas=[0.0, 1.0], seeds=[0], clients_per_domain=1,
                            rows_per_domain=16, test_rows_per_domain=8, size=8, width=0.125, rounds=1, joint_width=0.5)
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=mnist_data_root)
-    report = rb.run_experiment(ctx, study, progress=False)
+    run_plan(rb.study_plan(ctx, study), ctx.runs_dir, progress=False)
+    report = rb.study_report(ctx, study)
     results = report.extra["results"]
     assert set(results["fedavg_at"]) == {"0", "0.5"} and set(results["dat"]) == {"0", "1"}
     assert set(results["oat"]) == {"0", "0.5"}  # one OAT model served at each training lambda

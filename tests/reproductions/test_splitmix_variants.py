@@ -10,6 +10,7 @@ from fedveil.config import validate
 from fedveil.reproduce import ReproductionContext
 from fedveil.runtime.simulation import Simulation
 from fedveil_reproductions import splitmix_variants as sb
+from fedveil_reproductions.splitmix_study import WIDTHS
 
 torch.set_num_threads(1)
 
@@ -36,8 +37,8 @@ def test_each_distribution_sets_its_budgets(tmp_path, mnist_data_root):
 
 def test_the_claim_follows_the_numbers():
     study = sb.VariantStudy("budgets", settings=["8-4-2-1"])
-    results = {("8-4-2-1", "split_mix"): {w: [0.8, 0.81, 0.82] for w in sb.WIDTHS},
-               ("8-4-2-1", "baseline"): {w: [0.6, 0.61, 0.62] for w in sb.WIDTHS}}
+    results = {("8-4-2-1", "split_mix"): {w: [0.8, 0.81, 0.82] for w in WIDTHS},
+               ("8-4-2-1", "baseline"): {w: [0.6, 0.61, 0.62] for w in WIDTHS}}
     rows = {r.metric: r for r in sb.rows_of(results, study)}
     assert rows["Split-Mix >= sheterofl at x1 (the widest budget)"].verdict == "holds"
     results[("8-4-2-1", "split_mix")][1.0] = [0.3, 0.31, 0.32]
@@ -47,7 +48,7 @@ def test_the_claim_follows_the_numbers():
 
 def test_the_contact_claim_compares_the_fewest_and_the_most_clients():
     study = sb.VariantStudy("contact", settings=["2", "all"])
-    results = {(c, m): {w: [0.5, 0.51] for w in sb.WIDTHS} for c in ("2", "all") for m in ("split_mix", "baseline")}
+    results = {(c, m): {w: [0.5, 0.51] for w in WIDTHS} for c in ("2", "all") for m in ("split_mix", "baseline")}
     results[("all", "split_mix")][1.0] = [0.8, 0.81]
     rows = {r.metric: r for r in sb.rows_of(results, study)}
     assert rows["Split-Mix x1: fewer clients per round, lower accuracy"].verdict == "holds"
@@ -55,7 +56,6 @@ def test_the_contact_claim_compares_the_fewest_and_the_most_clients():
 
 def test_the_figure_has_one_panel_per_setting(tmp_path):
     study = sb.variant_study("budgets", quick=True)
-    widths = (0.125, 0.25, 0.5, 1.0)
-    results = {(s, m): {w: [0.5, 0.6] for w in widths} for s in study.settings for m in ("split_mix", "baseline")}
+    results = {(s, m): {w: [0.5, 0.6] for w in WIDTHS} for s in study.settings for m in ("split_mix", "baseline")}
     sb.plot(study, results, tmp_path / "fig.png")
     assert (tmp_path / "fig.png").stat().st_size > 0
