@@ -37,6 +37,7 @@ from fedveil.reproduce import (
     ResultRow,
 )
 
+from .paper_numbers import paper_numbers
 from .silo_study import (
     NON_PRIVATE,
     LearningRates,
@@ -59,6 +60,8 @@ from .silo_study import (
     score_rows,
     study_record,
 )
+
+PAPER = paper_numbers(__name__)
 
 SILOS, CLASSES_PER_SILO = 30, 5
 MLP = {"name": "mlp", "options": {"hidden": [64]}}
@@ -211,13 +214,13 @@ def ditto_rows(results: Results, study: SiloStudy, task: SiloTask) -> list[Resul
         lam = best_ditto(results, study, e)
         rows.append(ResultRow(
             f"eps={e}", "Ditto's best lambda under DP vs without DP", f"{lam:g} vs {free:g}",
-            "larger under privacy (Fig. G.4)", "holds" if lam > free else "does not hold",
+            PAPER["claims"]["ditto_lambda_larger"], "holds" if lam > free else "does not hold",
         ))
         mr = best_lambda(results, study, task, e)
         mean, se = gap = paired_gap(results[ditto_label(lam)][e], results[mr_mtl_label(mr)][e])
         rows.append(ResultRow(
             f"eps={e}", f"Ditto(lambda*={lam:g}) vs MR-MTL(lambda*={mr:g})", gap_text(mr_mtl_label(mr), gap),
-            "Ditto worse at its best lambda (Fig. G.4, claim 8)", "holds" if mean < -2 * se else "does not hold",
+            PAPER["claims"]["ditto_worse"], "holds" if mean < -2 * se else "does not hold",
         ))
     return rows
 
@@ -275,7 +278,7 @@ def noise_cause_rows(results: Results, arm: ArmResults, study: SiloStudy, arm_st
         rows.append(ResultRow(
             f"eps={e}", "why FedAvg beats MR-MTL: MR-MTL(best lambda) minus FedAvg, main stand-in vs paper-noise arm",
             f"main (lambda*={main_lam:g}) {gap_text('fedavg', main_gap)}; arm (lambda*={arm_lam:g}) "
-            f"{gap_text('fedavg', arm_gap)}{free}", "MR-MTL >= FedAvg (Fig. 1.3d)",
+            f"{gap_text('fedavg', arm_gap)}{free}", PAPER["claims"]["beats_fedavg"],
             "the cause is each silo's DP noise-to-signal: at the paper's ratio MR-MTL is at or above FedAvg"
             if arm_gap[0] >= 0 else
             f"partly the noise-to-signal: at the paper's ratio the gap narrows ({main_gap[0]:+.3f} -> {arm_gap[0]:+.3f}) "
@@ -337,7 +340,7 @@ def arm_rows(arm: Arm, res: ArmResults, task: SiloTask) -> list[ResultRow]:
     study, name = arm.plan.study, arm.name
     return (score_rows(res.scores, study, task, {}, setting=name)
             + lr_rows(res.lrs, study, setting=name, paper="tuned on the test set (the paper)")
-            + beats_both_rows(res.scores, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)", setting=name)
+            + beats_both_rows(res.scores, study, task, PAPER["claims"]["beats_both"], setting=name)
             + dp_cost_rows(res.scores, study, task, setting=name)
             + lambda_trend_row(res.scores, study, task, setting=f"{name}, lambda sweep"))
 
@@ -351,7 +354,7 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     study = plan.study
     rows = score_rows(results, study, task, {})
     rows += lr_rows(lrs, study, paper="tuned on the test set (the paper)")
-    rows += beats_both_rows(results, study, task, "MR-MTL >= Local and FedAvg (Fig. 1.3d)")
+    rows += beats_both_rows(results, study, task, PAPER["claims"]["beats_both"])
     rows += lambda_trend_row(results, study, task)
     rows += ditto_rows(results, study, task)
     rows += dp_cost_rows(results, study, task)
@@ -399,7 +402,7 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
                      "not comparable to the paper")
     return ReproductionReport(
         title="MR-MTL and Ditto on heterogeneous CIFAR-10 silos (SYNTHETIC 32x32 stand-in)",
-        source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(d), G.4 (spec 002 §5, §6.1)",
+        source=PAPER["source"],
         rows=rows, scale_notes=notes, extra=extra, figures=figures,
     )
 
@@ -409,19 +412,18 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
 )
 def mrmtl_cifar(ctx: ReproductionContext) -> ReproductionReport:
     plan = quick_plan() if ctx.quick else CifarPlan()
-    return run_plan(ctx, plan)
+    return run_and_report(ctx, plan)
 
 
-def run_plan(ctx: ReproductionContext, plan: CifarPlan) -> ReproductionReport:
+def run_and_report(ctx: ReproductionContext, plan: CifarPlan) -> ReproductionReport:
     task = cifar_task(plan)
-    results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, task, plan.lrs, plan.tune_seeds, desc="CIFAR-10 stand-in")
+    results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, task, plan.lrs, plan.tune_seeds)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(results, plan.study, task, ctx.out_dir / "cifar_silos.png", "CIFAR-10 stand-in")
     arm_results = {}
     for arm in plan.arms:
         a = arm.plan
-        scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / arm.folder, a.study, cifar_task(a), a.lrs, a.tune_seeds,
-                                            desc=f"CIFAR-10 stand-in, {arm.name}")
+        scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / arm.folder, a.study, cifar_task(a), a.lrs, a.tune_seeds)
         arm_results[arm.name] = ArmResults(scores, arm_lrs)
         plot_study(scores, a.study, task, ctx.out_dir / arm_figure(arm), f"CIFAR-10 stand-in, {arm.name}")
     return report(results, lrs, plan, task, ctx.quick, arm_results)

@@ -28,7 +28,7 @@ from fedveil.reproduce import (
 )
 from fedveil.runtime.simulation import Simulation
 
-from .mrmtl_vehicle import vehicle_task
+from .paper_numbers import paper_numbers
 from .silo_study import (
     NON_PRIVATE,
     Results,
@@ -41,6 +41,9 @@ from .silo_study import (
     score_rows,
     study_record,
 )
+from .vehicle_silos import vehicle_task
+
+PAPER = paper_numbers(__name__)
 
 SWITCHES = (0.25, 0.5, 0.75)  # Fig. G.1: finetuning starts after this share of the rounds
 
@@ -87,7 +90,7 @@ def planned_noise(plan: CostStudy, algorithm: dict[str, Any], epsilon: float) ->
     (every silo gets its own z; they differ only through the silo's size)."""
     grid = plan.grid()
     config = vehicle_task(plan.tau, *plan.silos).config(algorithm, epsilon, 0, grid)
-    return Simulation.from_config(validate(config)).privacy.clients[0].noise_multiplier
+    return Simulation.from_config(validate(config)).privacy.plan.clients[0].noise_multiplier
 
 
 def noise_rows(plan: CostStudy) -> tuple[list[ResultRow], dict[str, dict[str, float]]]:
@@ -101,7 +104,7 @@ def noise_rows(plan: CostStudy) -> tuple[list[ResultRow], dict[str, dict[str, fl
         rows.append(ResultRow(
             f"eps={e}", "DP-SGD noise multiplier z of silo 0 (x Local's)",
             "; ".join(f"{label} {z:.3f} (x{z / base:.2f})" for label, z in zs.items()),
-            "Ditto (2 trainings per round) and IFCA (selections) need more noise (claim 8, Fig. 1.4)",
+            PAPER["claims"]["more_noise"],
             "holds" if min(zs[f"ditto(lam={plan.lam:g})"], zs["ifca(every round)"]) > base * 1.01
             and zs["ifca(every round)"] > zs["ifca(10%)"] else "does not hold",
         ))
@@ -115,7 +118,7 @@ def overhead_rows(results: Results, plan: CostStudy, eps: str) -> list[ResultRow
         mean, se = gap = paired_gap(results[costly][eps], results[cheap][eps])
         rows.append(ResultRow(
             f"eps={eps}", f"{costly} vs {cheap}", gap_text(cheap, gap),
-            "the privacy overhead shifts the curve down (claim 8, Fig. 1.4)",
+            PAPER["claims"]["overhead_curve"],
             "holds" if mean < -2 * se else "does not hold",
         ))
     return rows
@@ -133,14 +136,14 @@ def finetune_rows(results: Results, eps: str) -> list[ResultRow]:
         if eps == "inf":
             rows.append(ResultRow(
                 "eps=inf", f"{label} vs FedAvg without DP", gap_text("fedavg", gap),
-                "not below FedAvg without DP (Fig. 1.2 mid)", "holds" if mean >= -2 * se else "does not hold",
+                PAPER["claims"]["finetune_without_dp"], "holds" if mean >= -2 * se else "does not hold",
             ))
             continue
         kept = (mean_score(results, label, eps) - local) / (fedavg - local) if fedavg != local else float("nan")
         rows.append(ResultRow(
             f"eps={eps}", f"{label}: share of FedAvg's lead over Local kept",
             f"{kept:.2f} ({gap_text('fedavg', gap)})",
-            "below FedAvg, towards Local, under DP (claim 2, Fig. G.1)",
+            PAPER["claims"]["finetune_under_dp"],
             "holds" if fedavg > local and mean < -2 * se else "does not hold",
         ))
     return rows
@@ -151,7 +154,7 @@ def mrmtl_costs(ctx: ReproductionContext) -> ReproductionReport:
     plan = quick_study() if ctx.quick else CostStudy()
     grid = plan.grid()
     task = vehicle_task(plan.tau, *plan.silos)
-    results = run_grid(ctx.runs_dir, grid, task, desc=f"tau={plan.tau:g}")
+    results = run_grid(ctx.runs_dir, grid, task)
     rows = score_rows(results, grid, task, {}, f"tau={plan.tau:g}")
     z_rows, z_table = noise_rows(plan)
     rows += z_rows
@@ -173,7 +176,7 @@ def mrmtl_costs(ctx: ReproductionContext) -> ReproductionReport:
         notes.append("quick mode: 10 rounds, one seed, one MOCHA lambda; not comparable to the paper")
     return ReproductionReport(
         title="What personalisation costs under silo-specific DP (synthetic Vehicle stand-in)",
-        source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.4, G.1, Fig. 1.3's MOCHA (spec 002 §7 claims 2, 8)",
+        source=PAPER["source"],
         rows=rows, scale_notes=notes,
         extra={"accuracy": results, "noise_multipliers": z_table,
                "study": study_record(grid)},

@@ -37,6 +37,7 @@ from fedveil.runtime.evaluation import evaluate
 from fedveil.runtime.finished_run import FinishedRun
 from fedveil.runtime.run_dir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
 
+from .paper_numbers import paper_numbers
 from .silo_study import (
     NON_PRIVATE,
     Results,
@@ -61,6 +62,8 @@ from .silo_study import (
     score_rows,
     study_record,
 )
+
+PAPER = paper_numbers(__name__)
 
 SILOS, ROTATION_GROUPS = 40, 4
 MLP = {"name": "mlp", "options": {"hidden": [100]}}
@@ -174,7 +177,7 @@ def purity_rows(runs_dir: Path, study: SiloStudy, num_silos: int, setting: str
             rows.append(ResultRow(
                 f"{setting}, eps={eps_label(epsilon)}", f"{label}: cluster purity after {selections} private selections",
                 f"{cell(purities)}; clusters used {used} of {study.clusters}",
-                "pure rotation clusters make IFCA optimal (Fig. 1.6a)",
+                PAPER["claims"]["ifca_optimal"],
             ))
     return rows, means
 
@@ -209,12 +212,12 @@ def panel_a_rows(results: Results, study: SiloStudy, setting: str) -> list[Resul
         mean, se = gap = paired_gap(results[warm][e], results[ifca][e])
         rows.append(ResultRow(
             f"{setting}, eps={e}", f"IFCA-warm-started MR-MTL (best lambda {lam:g}) vs IFCA", gap_text(ifca, gap),
-            "matches IFCA (Fig. 1.6a)", "holds" if mean >= -2 * se else "does not hold",
+            PAPER["claims"]["warm_start_matches"], "holds" if mean >= -2 * se else "does not hold",
         ))
         mean, se = gap = paired_gap(results[ifca][e], results["local"][e])
         rows.append(ResultRow(
             f"{setting}, eps={e}", "IFCA vs Local", gap_text("local", gap),
-            "Local does not benefit from the clusters (Fig. 1.6a)", "holds" if mean > 2 * se else "does not hold",
+            PAPER["claims"]["local_no_clusters"], "holds" if mean > 2 * se else "does not hold",
         ))
     return rows
 
@@ -235,7 +238,7 @@ def mr_mtl_optimal_row(results: Results, study: SiloStudy, task: SiloTask, setti
         rows.append(ResultRow(
             f"{setting}, eps={e}", "MR-MTL(best lambda) is the best method",
             f"best: {winner} {mean_score(results, winner, e):.5f}; MR-MTL(lambda*={lam:g}) {gap_text(rival, gap)}",
-            "MR-MTL stays optimal as masking grows (Fig. 1.6 b-d)",
+            PAPER["claims"]["mrmtl_stays_optimal"],
             "holds" if winner.startswith("mr_mtl(") else "does not hold",
         ))
     return rows
@@ -255,7 +258,7 @@ def warm_start_trend_row(per_mask: dict[float, Results], studies: dict[float, Si
     drops = all(a >= b for a, b in zip(gains, gains[1:]))
     return [ResultRow(
         f"eps={eps}", "IFCA warm-start gain over MR-MTL(best lambda) as the mask grows " + " -> ".join(f"{m:g}" for m in masks),
-        " -> ".join(f"{g:+.4f}" for g in gains), "drops as masking grows (Fig. 1.6 b-d)",
+        " -> ".join(f"{g:+.4f}" for g in gains), PAPER["claims"]["gain_drops"],
         "holds" if drops else "does not hold",
     )]
 
@@ -434,7 +437,7 @@ def warm_decay_rows(constant: Results, decayed: Results, study: SiloStudy) -> li
     return [ResultRow(
         DIAGNOSIS_SETTING, "IFCA-warm-started MR-MTL (best lambda) vs IFCA, constant vs decayed lr",
         "; ".join(f"{arm}: lambda*={lam:g} {gap_text(ifca, gap)}" for arm, (lam, gap) in gaps.items()),
-        "matches IFCA (Fig. 1.6a)",
+        PAPER["claims"]["warm_start_matches"],
         "the step size: with the lr decayed the warm start matches IFCA" if mean >= -2 * se
         else "not the step size: with the lr decayed the warm start still falls short of IFCA",
     )]
@@ -513,7 +516,7 @@ def convnet_rows(convnet: Results, mlp: Results, plan: MnistPlan, task: SiloTask
             beside = f"; MLP {statistics.fmean(mlp_cell[:len(study.seeds)]):.5f} (same seeds)" if same else ""
             rows.append(ResultRow(
                 f"ConvNet, mask={plan.mask_ratio:g} (a), eps={e}", f"{method}: {task.label}", cell(by_eps[e]) + beside,
-                "the paper's model (Fig. 1.6)",
+                PAPER["claims"]["convnet"],
             ))
     return rows
 
@@ -538,7 +541,7 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
     rows = score_rows(res.panel_a, study, tasks[a], {}, setting)
     rows += res.purity
     rows += panel_a_rows(res.panel_a, study, setting)
-    rows += beats_both_rows(res.panel_a, study, tasks[a], "MR-MTL >= Local and FedAvg (Fig. 1.6)", setting)
+    rows += beats_both_rows(res.panel_a, study, tasks[a], PAPER["claims"]["beats_both"], setting)
     rows += lambda_trend_row(res.panel_a, study, tasks[a], setting)
     for mask, results in res.panels.items():
         rows += score_rows(results, plan.panels, tasks[mask], {}, f"mask={mask:g}")
@@ -591,7 +594,7 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
                      "not comparable to the paper")
     return ReproductionReport(
         title="Utility vs privacy on Rotated & Masked MNIST silos",
-        source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.6, App. B.1 (spec 002 §5, §6.1)",
+        source=PAPER["source"],
         rows=rows, scale_notes=notes,
         extra={"accuracy": {f"{a:g}": res.panel_a, **{f"{m:g}": r for m, r in res.panels.items()}},
                "diagnosis_curves": res.curves, "model": plan.model,
@@ -603,30 +606,29 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
 @REPRODUCTIONS.register("mrmtl_mnist", "Utility vs epsilon on Rotated & Masked MNIST silos: MR-MTL, IFCA, baselines (Liu 2022)")
 def mrmtl_mnist(ctx: ReproductionContext) -> ReproductionReport:
     plan = quick_plan() if ctx.quick else MnistPlan()
-    return run_plan(ctx, plan)
+    return run_and_report(ctx, plan)
 
 
-def run_plan(ctx: ReproductionContext, plan: MnistPlan, num_silos: int = SILOS) -> ReproductionReport:
+def run_and_report(ctx: ReproductionContext, plan: MnistPlan, num_silos: int = SILOS) -> ReproductionReport:
     a = plan.mask_ratio
     tasks = {m: mnist_task(ctx, plan, m, num_silos) for m in [a, *plan.panel_masks]}
     runs_a = ctx.runs_dir / f"mask{a:g}"
-    panel_a = run_grid(runs_a, plan.study, tasks[a], desc=f"(a) mask={a:g}")
+    panel_a = run_grid(runs_a, plan.study, tasks[a])
     purity, mean_purity = purity_rows(runs_a, plan.study, num_silos, f"mask={a:g} (a)")
-    panels = {m: run_grid(ctx.runs_dir / f"mask{m:g}", plan.panels, tasks[m], desc=f"mask={m:g}") for m in plan.panel_masks}
+    panels = {m: run_grid(ctx.runs_dir / f"mask{m:g}", plan.panels, tasks[m]) for m in plan.panel_masks}
     curves, checks = {}, {}
     for arm, decayed, folder in ((CONSTANT, False, "diagnosis"), (DECAYED, True, "diagnosis_decay")):
         diagnosis, runs_d = diagnosis_study(plan, decayed), ctx.runs_dir / f"{folder}_mask{a:g}"
-        run_grid(runs_d, diagnosis, tasks[a], desc=f"lambda = 1 diagnosis, {arm}")
+        run_grid(runs_d, diagnosis, tasks[a])
         curves[arm] = accuracy_curves(runs_d, diagnosis, tasks[a])
         checks.update(personal_step_checks(runs_d, diagnosis, arm))
     warm_decay = None
     if NON_PRIVATE in plan.study.epsilons and "ifca_mrmtl" in plan.study.baselines:
-        warm_decay = run_grid(ctx.runs_dir / f"warm_decay_mask{a:g}", warm_decay_study(plan), tasks[a],
-                              desc=f"IFCA warm start, {DECAYED}")
+        warm_decay = run_grid(ctx.runs_dir / f"warm_decay_mask{a:g}", warm_decay_study(plan), tasks[a])
     convnet = None
     if plan.convnet is not None:
         convnet = run_grid(ctx.runs_dir / f"convnet_mask{a:g}", plan.convnet,
-                           mnist_task(ctx, replace(plan, model=dict(CONVNET)), a, num_silos), desc="ConvNet")
+                           mnist_task(ctx, replace(plan, model=dict(CONVNET)), a, num_silos))
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
     plot_curves(curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")

@@ -18,8 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, ReproductionReport
+from fedveil.reproduce import (
+    REPRODUCTIONS,
+    PlannedRun,
+    Reproduction,
+    ReproductionContext,
+    ReproductionReport,
+    Summaries,
+)
 
+from .paper_numbers import paper_numbers
 from .silo_study import (
     NON_PRIVATE,
     Results,
@@ -28,16 +36,18 @@ from .silo_study import (
     beats_both_rows,
     eps_label,
     example_privacy,
+    grid_plan,
+    grid_scores,
     lambda_trend_row,
     mean_score,
     mr_mtl_label,
     plot_study,
-    run_grid,
     score_rows,
     study_record,
 )
 
-README_MSE = {("6", "fedavg"): 0.02564, ("6", "local"): 0.02628, ("6", "mr_mtl(lam=1)"): 0.02394}  # [C1] README
+PAPER = paper_numbers(__name__)
+README_MSE = {(eps, method): mse for eps, by_method in PAPER["mse"].items() for method, mse in by_method.items()}
 SCHOOLS = 139
 
 
@@ -76,7 +86,7 @@ def school_task(ctx: ReproductionContext, num_silos: int = SCHOOLS) -> SiloTask:
 
 def report(results: Results, study: SiloStudy, task: SiloTask, quick: bool) -> ReproductionReport:
     rows = score_rows(results, study, task, README_MSE)
-    rows += beats_both_rows(results, study, task, "yes at eps ~ 6 (Fig. 1.3b)")
+    rows += beats_both_rows(results, study, task, PAPER["beats_both"])
     rows += lambda_trend_row(results, study, task)
     focus = f", and also {study.focus_seeds} at eps {study.focus_epsilons}" if study.focus_seeds else ""
     notes = [
@@ -99,7 +109,7 @@ def report(results: Results, study: SiloStudy, task: SiloTask, quick: bool) -> R
                      f"{study.lambdas}, lr {study.lr:g}, seeds {study.seeds}; not comparable to the paper")
     return ReproductionReport(
         title="MR-MTL on School under silo-specific example-level DP",
-        source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.3(b), G.3; kenziyuliu/private-cross-silo-fl README (spec 002 §6.1)",
+        source=PAPER["source"],
         rows=rows, scale_notes=notes,
         extra={"mse": results, "study": study_record(study)},
         figures=["school_mse.png"],
@@ -128,10 +138,20 @@ def misses_explained(results: Results, study: SiloStudy, task: SiloTask) -> list
     return notes
 
 
-@REPRODUCTIONS.register("mrmtl_school", "MR-MTL vs Local/FedAvg/Finetune/Ditto on School, utility vs epsilon and lambda (Liu 2022)")
-def mrmtl_school(ctx: ReproductionContext) -> ReproductionReport:
+def plan(ctx: ReproductionContext) -> list[PlannedRun]:
+    """Every method x epsilon x seed of the study on School."""
+    return grid_plan(school_study(ctx.quick), school_task(ctx))
+
+
+def results_report(ctx: ReproductionContext, summaries: Summaries) -> ReproductionReport:
+    """The scores of the grid, its figure and the report."""
     study, task = school_study(ctx.quick), school_task(ctx)
-    results = run_grid(ctx.runs_dir, study, task)
+    results = grid_scores(summaries, study, task)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_study(results, study, task, ctx.out_dir / "school_mse.png", "School")
     return report(results, study, task, ctx.quick)
+
+
+REPRODUCTIONS.register(
+    "mrmtl_school", "MR-MTL vs Local/FedAvg/Finetune/Ditto on School, utility vs epsilon and lambda (Liu 2022)",
+)(Reproduction(plan, results_report, run_plots=False))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from scipy.stats import spearmanr
 
@@ -33,6 +32,7 @@ from fedveil.reproduce import (
     ResultRow,
 )
 
+from .paper_numbers import paper_numbers
 from .silo_study import (
     NON_PRIVATE,
     LearningRates,
@@ -42,7 +42,6 @@ from .silo_study import (
     beats_both_rows,
     best_lambda,
     eps_label,
-    example_privacy,
     gap_text,
     lambda_trend_row,
     lr_rows,
@@ -55,6 +54,9 @@ from .silo_study import (
     score_rows,
     study_record,
 )
+from .vehicle_silos import vehicle_task
+
+PAPER = paper_numbers(__name__)
 
 
 @dataclass
@@ -104,39 +106,15 @@ def run_tau(ctx: ReproductionContext, plan: TradeoffStudy, tau: float) -> TauRes
     crossover epsilon, each lambda at the lr tuned for the inside-clip MR-MTL (only the
     clip placement differs)."""
     runs, task = ctx.runs_dir / f"tau{tau:g}", vehicle_task(tau, *plan.silos)
-    scores, lrs, tuning = run_tuned_grid(runs, plan.study, task, plan.lrs, plan.tune_seeds, desc=f"tau={tau:g}")
+    scores, lrs, tuning = run_tuned_grid(runs, plan.study, task, plan.lrs, plan.tune_seeds)
     eps = plan.crossover[tau]
     outside: Results = {}
     for lam in plan.study.lambdas:
         lr = lrs[mr_mtl_label(lam)][eps_label(eps)]
         ablation = replace(plan.study, epsilons=[eps], lambdas=[], baselines=[], lr=lr, extra_methods={
             outside_label(lam): {"name": "mr_mtl", "lam": lam, "reg_in_clip": False}})
-        outside.update(run_grid(runs / f"lr{lr:g}", ablation, task, desc=f"tau={tau:g}, {outside_label(lam)}"))
+        outside.update(run_grid(runs / f"lr{lr:g}", ablation, task))
     return TauResults(scores, lrs, outside, tuning)
-
-
-def vehicle_task(tau: float, num_silos: int = 23, min_size: int = 872, max_size: int = 1933) -> SiloTask:
-    """Test accuracy on ``vehicle_synthetic`` with heterogeneity ``tau`` (sizes smaller only in tests)."""
-
-    def config(algorithm: dict, epsilon: float, seed: int, study: SiloStudy) -> dict[str, Any]:
-        return {
-            "seed": seed,
-            "executor": "vectorized",
-            "data": {
-                "name": "vehicle_synthetic", "num_clients": num_silos, "test_fraction": 0.25,
-                "partition": {"name": "natural", "key": "silo"},
-                "options": {"tau": tau, "num_silos": num_silos, "min_size": min_size, "max_size": max_size},
-            },
-            "model": {"name": "linear", "options": {"zero_init": True}},
-            "algorithm": algorithm,
-            "client": {"batch_size": 64, "lr": study.lr, "loss": "hinge"},
-            "federation": {"rounds": study.rounds, "clients_per_round": num_silos},
-            "privacy": example_privacy(epsilon, delta=1e-7, clip=6.0),
-            "eval": {"every": study.rounds},
-            "checkpoint": {"every": 0},
-        }
-
-    return SiloTask(f"Vehicle (synthetic), tau={tau:g}", "accuracy", config)
 
 
 def fedavg_wins_under_dp_rows(results: Results, study: SiloStudy, setting: str) -> list[ResultRow]:
@@ -147,7 +125,7 @@ def fedavg_wins_under_dp_rows(results: Results, study: SiloStudy, setting: str) 
     flipped = [e for e in private if mean_score(results, "fedavg", e) > mean_score(results, "local", e)]
     return [ResultRow(
         setting, "Local wins without DP; FedAvg wins under DP at eps", ", ".join(flipped) or "none",
-        "FedAvg can beat Local under DP (claim 1, Fig. 1.2)", "holds" if flipped else "does not hold",
+        PAPER["claims"]["fedavg_beats_local"], "holds" if flipped else "does not hold",
     )]
 
 
@@ -166,7 +144,7 @@ def tau_trend_rows(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[R
         shrinks = all(a >= b for a, b in zip(lams, lams[1:]))
         rows.append(ResultRow(
             f"eps={e}", "best lambda as tau grows " + " -> ".join(f"{t:g}" for t in plan.taus),
-            " -> ".join(f"{x:g}" for x in lams), "non-increasing (claim 4)", "holds" if shrinks else "does not hold",
+            " -> ".join(f"{x:g}" for x in lams), PAPER["claims"]["lambda_non_increasing"], "holds" if shrinks else "does not hold",
         ))
     return rows
 
@@ -182,7 +160,7 @@ def gain_vs_gap_row(per_tau: dict[float, Results], plan: TradeoffStudy) -> list[
     rho = float(spearmanr([g for g, _ in cells], [gap for _, gap in cells]).statistic)
     return [ResultRow(
         "all private cells", "Spearman rho(gain over better endpoint, abs(Local - FedAvg))", f"{rho:.2f} over {len(cells)} cells",
-        "negative (claim 5: largest gain where Local ~ FedAvg)", "holds" if rho < 0 else "does not hold",
+        PAPER["claims"]["gain_where_close"], "holds" if rho < 0 else "does not hold",
     )]
 
 
@@ -191,7 +169,7 @@ def endpoint_gap_rows(results: Results, study: SiloStudy, setting: str) -> list[
     gaps = [(e, paired_gap(results["fedavg"][e], results["local"][e])) for e in map(eps_label, study.epsilons)]
     return [ResultRow(
         setting, "FedAvg minus Local at eps " + " / ".join(e for e, _ in gaps),
-        " / ".join(f"{m:+.4f} ± {se:.4f}" for _, (m, se) in gaps), "crosses from + to - as epsilon grows (Fig. 1.2)",
+        " / ".join(f"{m:+.4f} ± {se:.4f}" for _, (m, se) in gaps), PAPER["claims"]["crossover"],
     )]
 
 
@@ -216,11 +194,11 @@ def ablation_rows(tr: TauResults, plan: TradeoffStudy, tau: float) -> list[Resul
             setting, "MR-MTL(best lambda), regulariser inside vs outside the DP clip",
             f"inside lambda*={lam_in:g}: {statistics.fmean(inside):.5f}; outside lambda*={lam_out:g}: "
             f"{statistics.fmean(outside):.5f}; outside {gap_text('inside', gap)}",
-            "[C1] clips it inside (spec 002 §8); the paper does not compare", verdict,
+            PAPER["claims"]["regulariser_clip"], verdict,
         ),
         *(ResultRow(
             setting, f"best lambda under DP ({where} the clip) vs without DP",
-            f"{lam:g} vs {lam_free:g}", "larger under privacy (claim 4, Fig. 1.5)",
+            f"{lam:g} vs {lam_free:g}", PAPER["claims"]["lambda_larger_under_dp"],
             "holds" if lam > lam_free else "does not hold",
         ) for where, lam in (("inside", lam_in), ("outside", lam_out))),
     ]
@@ -299,10 +277,9 @@ def report(per_tau: dict[float, TauResults], plan: TradeoffStudy, quick: bool) -
     for tau in plan.taus:
         results, task, setting = scores[tau], vehicle_task(tau), f"tau={tau:g}"
         rows += score_rows(results, plan.study, task, {}, setting)
-        rows += lr_rows(per_tau[tau].lrs, plan.study, setting, "tuned over 0.001-0.3 on the test set")
+        rows += lr_rows(per_tau[tau].lrs, plan.study, setting, PAPER["claims"]["lr_grid"])
         rows += endpoint_gap_rows(results, plan.study, setting)
-        rows += beats_both_rows(results, plan.study, task, "yes near the Local ~ FedAvg crossover (Fig. 1.3a: eps ~ 0.5 "
-                                "on the real Vehicle)", setting)
+        rows += beats_both_rows(results, plan.study, task, PAPER["claims"]["beats_both"], setting)
         rows += lambda_trend_row(results, plan.study, task, setting)
         rows += fedavg_wins_under_dp_rows(results, plan.study, setting)
         rows += ablation_rows(per_tau[tau], plan, tau)
@@ -327,7 +304,7 @@ def report(per_tau: dict[float, TauResults], plan: TradeoffStudy, quick: bool) -
         notes.append("quick mode: 10 rounds, one tau, two lambdas, two lrs, one seed; not comparable to the paper")
     return ReproductionReport(
         title="Privacy-heterogeneity trade-off and MR-MTL's lambda sweet spot (synthetic Vehicle stand-in)",
-        source="Liu 2023 (CMU-RI-TR-23-17) Fig. 1.2, 1.5, G.2, Thm 1.6.3 (spec 002 §7 claims 1, 3, 4, 5)",
+        source=PAPER["source"],
         rows=rows, scale_notes=notes,
         extra={"accuracy": {f"{tau:g}": tr.scores for tau, tr in per_tau.items()},
                "outside_clip": {f"{tau:g}": tr.outside for tau, tr in per_tau.items()},

@@ -17,11 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from tqdm.auto import tqdm
-
-from fedveil.config import validate
-from fedveil.reproduce import ResultRow
-from fedveil.runtime import run
+from fedveil.reproduce import PlannedRun, ResultRow, Summaries, run_plan
 
 NON_PRIVATE = math.inf
 Results = dict[str, dict[str, list[float]]]  # method label -> epsilon label -> one score per seed
@@ -143,21 +139,35 @@ def run_dir_name(label: str, epsilon: float, seed: int) -> str:
     return f"{label}_eps{eps_label(epsilon)}_seed{seed}"
 
 
-def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, desc: str = "",
-             only: dict[str, list[str]] | None = None) -> Results:
-    """Score every method x epsilon x seed (or only the epsilon labels ``only[method]``);
-    runs live in ``runs_dir/<method>_eps<e>_seed<s>``."""
-    grid = [  # every config validated before the first run starts
-        (label, epsilon, seed, validate(task.config(algorithm, epsilon, seed, study)))
+def grid_plan(study: SiloStudy, task: SiloTask, only: dict[str, list[str]] | None = None) -> list[PlannedRun]:
+    """Every method x epsilon x seed (or only the epsilon labels ``only[method]``), one run
+    each, named ``<method>_eps<e>_seed<s>``."""
+    return [
+        PlannedRun(run_dir_name(label, epsilon, seed), task.config(algorithm, epsilon, seed, study))
         for label, algorithm in methods(study).items() for epsilon in study.epsilons for seed in study.seeds_at(epsilon)
         if only is None or eps_label(epsilon) in only.get(label, [])
     ]
+
+
+def grid_scores(summaries: Summaries, study: SiloStudy, task: SiloTask,
+                only: dict[str, list[str]] | None = None) -> Results:
+    """The scores of :func:`grid_plan`'s runs: method label -> epsilon label -> one per seed."""
     results: Results = {}
-    for label, epsilon, seed, config in tqdm(grid, desc=desc or task.name, unit="run", dynamic_ncols=True):
-        out = runs_dir / run_dir_name(label, epsilon, seed)
-        summary = run(config, out, resume=out.exists(), progress=False, plots=False)
-        results.setdefault(label, {}).setdefault(eps_label(epsilon), []).append(task.score(summary))
+    for label in methods(study):
+        for epsilon in study.epsilons:
+            if only is not None and eps_label(epsilon) not in only.get(label, []):
+                continue
+            for seed in study.seeds_at(epsilon):
+                summary = summaries[run_dir_name(label, epsilon, seed)]
+                results.setdefault(label, {}).setdefault(eps_label(epsilon), []).append(task.score(summary))
     return results
+
+
+def run_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, only: dict[str, list[str]] | None = None) -> Results:
+    """Run :func:`grid_plan` into ``runs_dir`` (through the sweep runner: finished runs are
+    kept, an interrupted one resumes) and score it."""
+    summaries = run_plan(grid_plan(study, task, only), runs_dir, plots=False)
+    return grid_scores(summaries, study, task, only)
 
 
 LearningRates = dict[str, dict[str, float]]  # method label -> epsilon label -> chosen lr
@@ -184,15 +194,15 @@ def lr_rows(lrs: LearningRates, study: SiloStudy, setting: str = "", paper: str 
     ) for e in map(eps_label, study.epsilons)]
 
 
-def run_tuned_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, lrs: list[float], tune_seeds: list[int],
-                   desc: str = "") -> tuple[Results, LearningRates, dict[float, Results]]:
+def run_tuned_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, lrs: list[float],
+                   tune_seeds: list[int]) -> tuple[Results, LearningRates, dict[float, Results]]:
     """Every method's learning rate tuned per epsilon, as the paper tunes eta over a grid
     (spec 002 §5), but on ``tune_seeds`` whose runs are not reported: the returned scores
     are over ``study.seeds`` at the chosen rate, so the choice does not flatter them; then
     the chosen rates, and the tuning seeds' scores at every rate. Runs at rate ``lr`` live
     in ``runs_dir/lr<lr>/``."""
-    tuning = {lr: run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr, seeds=tune_seeds, focus_seeds=[]), task,
-                           desc=f"{desc or task.name}, tuning lr={lr:g}") for lr in lrs}
+    tuning = {lr: run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr, seeds=tune_seeds, focus_seeds=[]), task)
+              for lr in lrs}
     chosen: LearningRates = {
         label: {e: task.best({lr: mean_score(tuning[lr], label, e) for lr in lrs}) for e in map(eps_label, study.epsilons)}
         for label in methods(study)
@@ -202,8 +212,7 @@ def run_tuned_grid(runs_dir: Path, study: SiloStudy, task: SiloTask, lrs: list[f
         picked = {label: [e for e in by_eps if by_eps[e] == lr] for label, by_eps in chosen.items()}
         if not any(picked.values()):
             continue
-        part = run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr), task, desc=f"{desc or task.name}, lr={lr:g}",
-                        only=picked)
+        part = run_grid(runs_dir / f"lr{lr:g}", replace(study, lr=lr), task, only=picked)
         for label, by_eps in part.items():
             results.setdefault(label, {}).update(by_eps)
     ordered = {label: dict(sorted(results[label].items(), key=lambda kv: _eps_order(study, kv[0]))) for label in methods(study)}

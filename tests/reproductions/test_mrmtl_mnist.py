@@ -28,7 +28,7 @@ from fedveil_reproductions.mrmtl_mnist import (
     personal_step_check,
     rotation_groups,
     run_assignments,
-    run_plan,
+    run_and_report,
     step_size_rows,
     warm_decay_rows,
     warm_start_trend_row,
@@ -45,7 +45,7 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     plan.panels.clusters = 2
     config = mnist_task(ctx, plan, 0.1, num_silos=4).config({"name": "local"}, 4.0, 0, study)
     assert config["data"]["options"]["rotation_groups"] == 4 and config["model"]["name"] == "mlp"
-    rep = run_plan(ctx, plan, num_silos=4)
+    rep = run_and_report(ctx, plan, num_silos=4)
     ifca_run = ctx.runs_dir / "mask0.1" / "ifca(100%)_eps4_seed0"
     assert json.loads((ifca_run / "config.json").read_text())["algorithm"]["select_fraction"] == 1.0  # 10 selections > 2 rounds
     assignments = run_assignments(ifca_run)

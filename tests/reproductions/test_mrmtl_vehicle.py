@@ -16,9 +16,9 @@ from fedveil_reproductions.mrmtl_vehicle import (
     report,
     run_tau,
     tau_trend_rows,
-    vehicle_task,
 )
 from fedveil_reproductions.silo_study import SiloStudy
+from fedveil_reproductions.vehicle_silos import vehicle_task
 
 
 def test_tiny_study_tunes_lr_on_unreported_seeds_and_reports(tmp_path):
