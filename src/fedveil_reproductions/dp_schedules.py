@@ -8,8 +8,12 @@ so the largest row norm is 10; one hidden layer (ReLU) with cross-entropy; full-
 Schedules: **uni** sigma_t^2 = T/R with T tuned on an auxiliary Gaussian data set of the same
 size (labels from a random linear teacher), and **exp** (the GD-optimal exponential-influence
 schedule, :func:`gd_dynamic_sigmas`) with (T, gamma) tuned on the same auxiliary set. Both
-spend exactly R. The claim (no numbers in the dissertation): as N grows, exp beats uni on
-training loss and test accuracy.
+spend exactly R. The claim (no numbers in the dissertation; ``paper/dp_schedules.toml``): as N
+grows, exp beats uni on training loss and test accuracy.
+
+Every run is Alg. 2.1 through the library's :func:`~fedveil.privacy.dp_gd.train_dp_gd` (a
+:class:`~fedveil.privacy.schedules.PredefinedSchedule` of the sigmas, budget R, noise from a
+torch generator seeded per run).
 
 Besides the absolute loss, each seed also runs the same PGD without noise for each schedule's T
 (:func:`train_noiseless`); the excess loss (private − noiseless, what Table 2.1 bounds, spec §1.11)
@@ -33,7 +37,12 @@ from torch import nn
 
 from fedveil.data.errors import DataError
 from fedveil.data.loaders.mnist import SUBSET, read_idx
-from fedveil.privacy.schedules import gd_dynamic_sigmas, uniform_sigmas
+from fedveil.privacy.dp_gd import DPGDParams, train_dp_gd
+from fedveil.privacy.schedules import (
+    PredefinedSchedule,
+    gd_dynamic_sigmas,
+    uniform_sigmas,
+)
 from fedveil.privacy.zcdp import epsilon_from_budget, rho_from_epsilon_delta
 from fedveil.reproduce import (
     REPRODUCTIONS,
@@ -42,9 +51,11 @@ from fedveil.reproduce import (
     ResultRow,
 )
 
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 EPSILON, DELTA = 4.0, 1e-8
 ACTIVATION = "relu"
-CLAIM = "exp (dynamic) beats uni as N grows: lower training loss, higher test accuracy (no numbers given)"
 
 
 @dataclass
@@ -167,71 +178,39 @@ def make_model(dim: int, hidden: int, num_classes: int, seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(dim, hidden), act, nn.Linear(hidden, num_classes))
 
 
-def fast_pgd(
-    model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, sigmas: np.ndarray, lr: float, clip: float,
-    generator: torch.Generator,
-) -> dict[str, torch.Tensor]:
-    """Alg. 2.1 (full batch, beta = 0) for Linear-act-Linear, with exact per-example clipping
-    computed in closed form: a Linear layer's per-example gradient is ``delta_n a_n^T`` (+ bias
-    ``delta_n``), so its squared norm is ``|delta_n|^2 (|a_n|^2 + 1)`` and the clipped sum is
-    ``(c * delta)^T a``. Same update as :func:`train_dp_gd` (checked in the tests), ~100x faster
-    on CPU than generic per-example gradients. Step t: ``theta -= lr (sum_n clip(g_n) + C sigma_t nu) / N``;
-    a step with ``sigma_t = 0`` adds no noise (non-private clipped GD, the excess-loss reference)."""
-    lin1, act, lin2 = model[0], model[1], model[2]
-    w1, b1 = lin1.weight.detach().clone(), lin1.bias.detach().clone()
-    w2, b2 = lin2.weight.detach().clone(), lin2.bias.detach().clone()
-    n = len(x)
-    onehot = nn.functional.one_hot(y, w2.shape[0]).to(x.dtype)
-    for sigma in sigmas:
-        z1 = x @ w1.T + b1
-        h = act(z1)
-        p = torch.softmax(h @ w2.T + b2, dim=1)
-        d2 = p - onehot  # d(per-example CE)/d logits
-        if isinstance(act, nn.ReLU):
-            d1 = (d2 @ w2) * (z1 > 0).to(x.dtype)
-        else:
-            d1 = (d2 @ w2) * h * (1 - h)
-        sq = (d2.pow(2).sum(1) * (h.pow(2).sum(1) + 1)) + (d1.pow(2).sum(1) * (x.pow(2).sum(1) + 1))
-        c = torch.clamp(clip / (sq.sqrt() + 1e-15), max=1.0)[:, None]
-        cd1, cd2 = c * d1, c * d2
-        grads = [cd1.T @ x, cd1.sum(0), cd2.T @ h, cd2.sum(0)]
-        params = [w1, b1, w2, b2]
-        for i, (w, g) in enumerate(zip(params, grads)):
-            if float(sigma) != 0.0:  # sigma_t = 0: the non-private GD step (no draw from the generator)
-                g = g + torch.randn(w.shape, generator=generator, dtype=w.dtype) * (clip * float(sigma))
-            params[i] = w - lr * g / n
-        w1, b1, w2, b2 = params
-    return {"0.weight": w1, "0.bias": b1, "2.weight": w2, "2.bias": b2}
-
-
-def _train(task: Task, sigmas: np.ndarray, cfg: StudyConfig, seed: int) -> dict[str, float]:
-    """PGD from the seed's init under ``sigmas`` (noise generator seeded by ``seed`` too); final
-    training loss on the whole training set and test accuracy."""
+def _train(task: Task, sigmas: np.ndarray, cfg: StudyConfig, seed: int, budget: float | None) -> dict[str, float]:
+    """Alg. 2.1 (full batch, beta = 0) by :func:`train_dp_gd` from the seed's init:
+    ``theta_{t+1} = theta_t - lr (sum_n clip_C(g_n) + C sigma_t nu_t) / N``, ``nu_t`` drawn from a
+    generator seeded by ``seed`` too (``sigma_t = 0``: a non-private clipped GD step), each step
+    charged ``1/sigma_t^2`` to ``budget``. Final training loss on the whole training set, test
+    accuracy and the epsilon spent (at ``cfg.delta``); a schedule that does not fit ``budget`` is refused."""
     model = make_model(task.x.shape[1], cfg.hidden, task.num_classes, seed)
-    gen = torch.Generator().manual_seed(10_000 + seed)
+    run = train_dp_gd(
+        model, task.x, task.y, nn.functional.cross_entropy, PredefinedSchedule(tuple(sigmas)),
+        DPGDParams(lr=cfg.lr, clip_norm=cfg.clip, budget=budget, delta=cfg.delta),
+        torch.Generator().manual_seed(10_000 + seed),
+    )
+    if run.stop_reason == "budget":
+        raise ValueError(f"the schedule's {len(sigmas)} steps spend more than the budget R = {budget:.6g}: "
+                         f"it pays for {run.steps}")
     with torch.no_grad():
-        state = fast_pgd(model, task.x, task.y, sigmas, cfg.lr, cfg.clip, gen)
-        loss = nn.functional.cross_entropy(torch.func.functional_call(model, state, (task.x,)), task.y).item()
-        pred = torch.func.functional_call(model, state, (task.x_test,)).argmax(1)
+        loss = nn.functional.cross_entropy(torch.func.functional_call(model, run.params, (task.x,)), task.y).item()
+        pred = torch.func.functional_call(model, run.params, (task.x_test,)).argmax(1)
         acc = (pred == task.y_test).float().mean().item()
     if not math.isfinite(loss):
         loss = float("inf")
-    return {"loss": loss, "acc": acc, "steps": len(sigmas)}
+    return {"loss": loss, "acc": acc, "steps": run.steps, "epsilon": run.epsilon}
 
 
 def train_eval(task: Task, sigmas: np.ndarray, cfg: StudyConfig, seed: int) -> dict[str, float]:
-    """One PGD run under ``sigmas`` (which must spend at most R); final non-private train loss and test accuracy."""
-    R = 2 * rho_from_epsilon_delta(cfg.epsilon, cfg.delta)
-    spent = float(np.sum(1.0 / np.asarray(sigmas) ** 2))
-    if spent > R * (1 + 1e-9):
-        raise ValueError(f"schedule spends {spent:.6g} > budget R = {R:.6g}")
-    return {**_train(task, sigmas, cfg, seed), "epsilon": epsilon_from_budget(spent, cfg.delta)}
+    """One PGD run under ``sigmas`` within the budget R; final non-private train loss and test accuracy."""
+    return _train(task, sigmas, cfg, seed, budget=2 * rho_from_epsilon_delta(cfg.epsilon, cfg.delta))
 
 
 def train_noiseless(task: Task, T: int, cfg: StudyConfig, seed: int) -> dict[str, float]:
     """The same run without noise (non-private clipped full-batch GD: same init seed, T steps, lr,
-    clip): the reference of the excess loss that Table 2.1's utility bounds measure."""
-    return {**_train(task, np.zeros(T), cfg, seed), "epsilon": math.inf}
+    clip): the reference of the excess loss that Table 2.1's utility bounds measure; epsilon is inf."""
+    return _train(task, np.zeros(T), cfg, seed, budget=None)
 
 
 def tune(aux: Task, cfg: StudyConfig) -> dict:
@@ -450,7 +429,7 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
         rows.append(ResultRow(
             f"{r['task']} ({tuned})", "final training loss, uni vs exp",
             f"{_pm(r['uniform_loss_mean'], r['uniform_loss_std'], k)} vs {_pm(r['dynamic_loss_mean'], r['dynamic_loss_std'], k)}",
-            "exp < uni",
+            PAPER["claims"]["loss"],
             f"absolute gap uni − exp {r['loss_gap_mean']:+.4f} ± {r['loss_gap_se']:.4f} s.e. (paired): {_sig_text(lstat, k)}",
         ))
         base = (
@@ -466,7 +445,7 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
             r["task"], "excess training loss over noiseless GD (same seed, same T), uni vs exp",
             f"{_pm(r['uniform_excess_mean'], r['uniform_excess_std'], k)} vs "
             f"{_pm(r['dynamic_excess_mean'], r['dynamic_excess_std'], k)}; {base}; excess / absolute loss: {share}",
-            "exp < uni (Table 2.1 bounds: uni O(D ln N/(N²R)), exp O(D/(N²R)))",
+            PAPER["claims"]["excess"],
             f"paired excess gap uni − exp {r['excess_gap_mean']:+.4f} ± {r['excess_gap_se']:.4f} s.e.: "
             f"{_sig_text(r['excess_significance'], k)}"
             + ("" if same_T else " (T differs, so this is not the absolute gap)"),
@@ -475,7 +454,7 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
         rows.append(ResultRow(
             r["task"], f"test accuracy, uni vs exp (n_test={r['n_test']})",
             f"{_pm(r['uniform_acc_mean'], r['uniform_acc_std'], k)} vs {_pm(r['dynamic_acc_mean'], r['dynamic_acc_std'], k)}",
-            "exp >= uni",
+            PAPER["claims"]["accuracy"],
             f"exp − uni {r['acc_gap_mean'] * 100:+.2f} ± {r['acc_gap_se'] * 100:.2f} s.e. points (paired): "
             + {"exp lower": "exp higher, significant (> 2 s.e.)", "uni lower": "exp LOWER, significant (> 2 s.e.)"}.get(
                 astat, f"not resolved at {k} seeds (< 2 s.e.)"),
@@ -496,7 +475,7 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
             "excess gap " + ", ".join(f"N={r['n_train']}: {r['excess_gap_mean']:+.4f} ± {r['excess_gap_se']:.4f}" for r in sweep)
             + f"; change {verdict['trend_change']:+.4f} ± {verdict['trend_se']:.4f}; acc gap "
             + ", ".join(f"{r['acc_gap_mean'] * 100:+.2f} ± {r['acc_gap_se'] * 100:.2f}" for r in sweep),
-            CLAIM,
+            PAPER["claims"]["trend"],
             f"{verdict['verdict']} (on excess training loss): exp significantly lower at {verdict['wins']}/{len(sweep)} "
             f"sizes, uni significantly lower at {verdict['losses']}{unresolved}; the gap {verdict['trend']} "
             f"from N={ns[0]} to N={ns[-1]}",
@@ -529,9 +508,10 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
         + ", ".join(map(str, cfg.sizes_35))
         + " (the 10k file has 1,895 3s+5s; the earlier N=1400 is beyond what the paper could have used and is dropped)",
         "the per-step influence estimate of Fig. 2.1 (left) is not reproduced",
-        "PGD runs use fast_pgd (closed-form per-example clipping for the one-hidden-layer net, noiseless update checked equal to "
-        "fedveil.privacy.dp_gd.train_dp_gd and to a torch-autograd GD loop in the tests) instead of generic per-example "
-        "gradients (~100x faster on CPU); the noise is the same C*sigma_t*N(0,I)/N, so the privacy accounting is unchanged",
+        "PGD runs go through fedveil.privacy.dp_gd.train_dp_gd (Alg. 2.1, full batch) with the sigmas as a PredefinedSchedule "
+        "and budget R, whose zCDP accounting gives the epsilon; for this Linear-ReLU-Linear net the library sums the clipped "
+        "per-example gradients in closed form (fedveil.privacy.dp_sgd.linear_stack_grads); the noise C*sigma_t*N(0,I)/N is "
+        "drawn from a torch generator seeded per run (10000 + seed)",
         "claim verdict rule: per size, exp wins if the paired excess gap uni − exp > 2 s.e.; the trend is the per-seed change "
         "of that gap from the smallest to the largest N (same seeds at every N) with its paired s.e.; reproduced = exp wins "
         "at every size and the gap grows significantly; partly = exp wins at >= 1 size and loses significantly at none; "
@@ -543,7 +523,7 @@ def build_report(results: list[dict], cfg: StudyConfig, quick: bool, figures: li
         notes.append("quick mode: fewer sizes, 2 seeds, coarser T/gamma grids; a smoke test, not the reproduction")
     return ReproductionReport(
         title="Dynamic vs uniform noise schedule for private GD (MNIST / MNIST35)",
-        source="Hong, dissertation Ch. 2 §2.5, Fig. 2.1 (middle/right), Table 2.1; spec 000 §1.10, §1.11",
+        source=PAPER["source"],
         rows=rows,
         scale_notes=notes,
         extra={"config": asdict(cfg), "activation": ACTIVATION, "results": results, "claim": verdict},
@@ -589,7 +569,7 @@ def config_for(quick: bool) -> StudyConfig:
     if not quick:
         return StudyConfig()
     return StudyConfig(
-        sizes_35=[250, 500, 1000],  # hidden layer stays 1000 wide (fast closed-form clipping)
+        sizes_35=[250, 500, 1000],  # hidden layer stays 1000 wide (the library clips linear stacks in closed form)
         size_10=1000,
         seeds=[0, 1],
         tune_seeds=[100],

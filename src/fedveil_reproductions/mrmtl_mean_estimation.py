@@ -10,6 +10,7 @@ heterogeneity; the gaps to the endpoints move with privacy and MR-MTL's advantag
 endpoints peaks where sigma_loc^2 = tau^2; the privacy cost shrinks with lam by up to K (Thm
 1.6.8); heterogeneous silos get their own lam_k* (Thm D.5.2); tuning lam privately with
 h ~ TNB(eta, gamma), E[h] = 10 (Thm E.1.2) erases much or all of MR-MTL's gain (Fig. 1.7).
+The §6.3 values and the claims' wording are in ``paper/mrmtl_mean_estimation.toml``.
 
 :func:`run_study` computes everything (a :class:`StudyConfig` sets trials and seed);
 :func:`build_report` turns it into rows; :func:`plot` draws the figure.
@@ -46,21 +47,14 @@ from fedveil.theory.mean_estimation import (
     tuned_gaussian_sigma_dp,
 )
 
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)
 K, N, SIGMA, CLIP = 20, 200, 0.4, 1.0
 EPSILON, DELTA = 0.25, 1e-5
 TAUS = (0.03, 0.08, 0.2)
 SETTINGS = ("non-private", "private")
 QUANTITIES = ("sigma_loc2", "lam_star", "E_star", "E_loc", "E_fed")
-#: spec 002 §6.3 (closed forms worked out by the spec author): QUANTITIES per (tau, setting).
-SPEC_TABLE = {
-    (0.03, "non-private"): (8.000e-4, 0.8889, 4.4235e-4, 8.000e-4, 8.950e-4),
-    (0.03, "private"): (6.105e-3, 6.783, 1.0504e-3, 6.105e-3, 1.1602e-3),
-    (0.08, "non-private"): (8.000e-4, 0.125, 7.1556e-4, 8.000e-4, 6.1200e-3),
-    (0.08, "private"): (6.105e-3, 0.9539, 3.2735e-3, 6.105e-3, 6.3852e-3),
-    (0.2, "non-private"): (8.000e-4, 0.02, 7.8510e-4, 8.000e-4, 3.8040e-2),
-    (0.2, "private"): (6.105e-3, 0.1526, 5.3370e-3, 6.105e-3, 3.8305e-2),
-}
-SPEC_Z = 14.567
 TNB_ETAS = (-0.5, 0.0, 0.5, 1.0, 2.0, 5.0)
 EXPECTED_RUNS = 10.0
 EPSILON_SWEEP = tuple(np.geomspace(0.05, 20.0, 121))  # closed-form sweep for claims 4-5
@@ -69,11 +63,6 @@ HETERO_TAU = 0.08
 HETERO_EPSILONS = tuple(np.geomspace(0.1, 4.0, K))  # one budget per silo (App. D.5)
 MC_TOLERANCE = 0.05  # "Monte-Carlo (500 trials) should match to a few %" (spec §6.3) ...
 MC_STANDARD_ERRORS = 3.0  # ... or lie within 3 Monte-Carlo standard errors
-FIG_1_7 = {
-    0.03: "(a) low heterogeneity: best tuned lam worse than untuned FedAvg",
-    0.08: "(b) mid heterogeneity: tuning cost significantly diminishes MR-MTL's gain",
-    0.2: "(c) high heterogeneity: best tuned lam worse than untuned local",
-}
 
 
 @dataclass
@@ -81,6 +70,12 @@ class StudyConfig:
     trials: int = 4000  # [C1] uses 500; more trials tighten the closed-form check
     grid_points: int = 100  # lam grid: {0} + logspace(-3, 2, grid_points) as in [C1]
     seed: int = 0
+
+
+def spec_values(tau: float, setting: str) -> dict[str, float]:
+    """spec §6.3's QUANTITIES for one (tau, setting)."""
+    row = PAPER["spec_6_3"][f"{tau:g}"][setting]
+    return {q: row[q] for q in QUANTITIES}
 
 
 def lambda_grid(points: int) -> np.ndarray:
@@ -231,7 +226,7 @@ def table_rows(study: dict) -> list[ResultRow]:
         tau = t["tau"]
         for setting in SETTINGS:
             s = t[setting]
-            cf, spec = s["closed_form"], dict(zip(QUANTITIES, SPEC_TABLE[(tau, setting)]))
+            cf, spec = s["closed_form"], spec_values(tau, setting)
             name = f"tau={tau:g}, {setting}"
             ok = all(_matches_printed(cf[q], spec[q]) for q in QUANTITIES)
             rows.append(ResultRow(
@@ -286,20 +281,20 @@ def claim_rows(study: dict) -> list[ResultRow]:
         "claim 4a: lam* grows as privacy tightens (eps falls)",
         f"tau=0.08: {shown}, non-private: {lam_at[(0.08, 'non-private')]:.3g}; strictly decreasing in eps for "
         f"{sum(private_up)}/{len(TAUS)} taus; MC argmin private > non-private at {sum(mc_up)}/{len(mc_up)} taus",
-        "lam* = sigma_loc²/tau² increases with privacy strength (Thm 1.6.3, §7 claim 4)",
+        PAPER["claims"]["lam_grows_with_privacy"],
         "claim reproduced" if all(private_up) and all(mc_up) else "claim NOT reproduced",
     ))
     rows.append(ResultRow(
         "closed form, tau = 0.03, 0.08, 0.2", "claim 4b: lam* falls as heterogeneity grows",
         "; ".join(f"{s}: " + ", ".join(f"{lam_at[(tau, s)]:.4g}" for tau in TAUS) for s in SETTINGS),
-        "lam* decreases with tau (§7 claim 4)", "claim reproduced" if het_down else "claim NOT reproduced",
+        PAPER["claims"]["lam_falls_with_heterogeneity"], "claim reproduced" if het_down else "claim NOT reproduced",
     ))
     # Claim 5: gaps vs privacy; advantage over both endpoints peaks at sigma_loc^2 = tau^2.
     gaps_move = all(_decreasing(sweep[tau]["gap_loc"]) and _decreasing(sweep[tau]["gap_fed"][::-1]) for tau in TAUS)
     rows.append(ResultRow(
         f"closed form over eps in [{eps[0]:g}, {eps[-1]:g}], each tau", "claim 5a: Delta_loc grows and Delta_fed shrinks as privacy tightens",
         "monotone for all taus" if gaps_move else "not monotone",
-        "larger eps => bigger advantage vs FedAvg, smaller vs Local (§7 claim 5)",
+        PAPER["claims"]["gaps_move"],
         "claim reproduced" if gaps_move else "claim NOT reproduced",
     ))
     ratios = []
@@ -309,7 +304,7 @@ def claim_rows(study: dict) -> list[ResultRow]:
     step = float((eps[1] / eps[0]) ** 2)  # sigma_loc^2 ~ 1/eps^2 at small eps
     rows.append(ResultRow(
         "closed form over the eps sweep, each tau", "claim 5b: sigma_loc²/tau² where min(Delta_loc, Delta_fed) peaks",
-        ", ".join(f"tau={tau:g}: {r:.3f}" for tau, r in zip(TAUS, ratios)), 1.0,
+        ", ".join(f"tau={tau:g}: {r:.3f}" for tau, r in zip(TAUS, ratios)), PAPER["claims"]["peak_ratio"],
         "claim reproduced (peak at the grid point nearest 1)" if all(1 / step <= r <= step for r in ratios)
         else "claim NOT reproduced",
     ))
@@ -325,7 +320,7 @@ def claim_rows(study: dict) -> list[ResultRow]:
     rows.append(ResultRow(
         "Monte-Carlo, the six settings", "claim 5b: 1 − E(lam*)/min(E_loc, E_fed), sorted (sigma_loc²/tau² in brackets)",
         "; ".join(f"tau={settings[i][0]:g} {settings[i][1]} [{settings[i][2]:.3g}]: {advantages[i] * 100:.1f}%" for i in order),
-        "largest where sigma_loc² ≈ tau²",
+        PAPER["claims"]["peak_advantage"],
         "claim reproduced (the two settings nearest ratio 1 have the largest advantage)" if top_two == nearest_two
         else "claim NOT reproduced",
     ))
@@ -360,19 +355,19 @@ def heterogeneous_rows(study: dict) -> list[ResultRow]:
         ResultRow(
             setting, "per-silo lam_k* (D.30) at the smallest / largest eps_k",
             f"{lam_k[0]:.4g} / {lam_k[-1]:.4g} (decreasing in eps_k: {_decreasing(lam_k)})",
-            "noisier silos conform more: larger lam_k* (Thm D.5.2, §7 claim 7)",
+            PAPER["claims"]["per_silo_lambda"],
             "claim reproduced" if _decreasing(lam_k) else "claim NOT reproduced",
         ),
         ResultRow(
             setting, "mean error: per-silo lam_k* vs best shared lam (MC; closed form)",
             f"{mc[0].mean():.4g} vs {mc[1].mean():.4g} ({closed[0].mean():.4g} vs {closed[1].mean():.4g}); "
             f"shared lam = {h['lam_shared']:.3g}",
-            "per-silo lam_k* is optimal for every silo",
+            PAPER["claims"]["per_silo_optimal"],
             "per-silo lam_k* better" if per_silo_better else "per-silo lam_k* NOT better",
         ),
         ResultRow(
             setting, "per-silo MC error vs (D.23)-(D.26) closed form, all silos and the 4 choices of lam",
-            f"max |deviation| {worst:.2f} s.e.", "Monte-Carlo matches the closed form",
+            f"max |deviation| {worst:.2f} s.e.", PAPER["claims"]["mc_matches_closed_form"],
             "agrees (< 4 s.e.)" if worst < 4 else "DIFFERS",
         ),
     ]
@@ -399,7 +394,7 @@ def tuning_rows(study: dict) -> list[ResultRow]:
             holds = tuned > (p["E_fed"] if tau == 0.03 else p["E_loc"])
             verdict = "claim reproduced" if holds else "claim NOT reproduced"
         rows.append(ResultRow(f"tau={tau:g}, eps=0.25, E[h]=10, closed forms",
-                              "Fig. 1.7: best privately tuned E(lam) vs untuned endpoints", measured, FIG_1_7[tau], verdict))
+                              "Fig. 1.7: best privately tuned E(lam) vs untuned endpoints", measured, PAPER["fig_1_7"][f"{tau:g}"], verdict))
     return rows
 
 
@@ -408,7 +403,7 @@ def build_report(study: dict, quick: bool, figures: list[str]) -> ReproductionRe
     tuning = study["tuning"]
     notes = [
         f"sigma_DP = clip * z with z = {study['z']:.5f} calibrated by fedveil's RDP accountant for one Gaussian release "
-        f"(q = 1, 1 step, {EPSILON:g}, {DELTA:g}); the spec gives {SPEC_Z}. The project's default order grid and the "
+        f"(q = 1, 1 step, {EPSILON:g}, {DELTA:g}); the spec gives {PAPER['z']}. The project's default order grid and the "
         "[C1] grid (MRMTL_ORDERS) give the same z here",
         f"Monte-Carlo: {cfg['trials']} trials × {K} silos per setting ([C1]: 500); s.e. = std over trials of the silo "
         "mean / sqrt(trials); 'agrees' = within 5% or 3 s.e. of the closed form. Private runs clip each point at "
@@ -433,8 +428,7 @@ def build_report(study: dict, quick: bool, figures: list[str]) -> ReproductionRe
         notes.append(f"quick mode: {cfg['trials']} trials and a {cfg['grid_points']}-point lam grid")
     return ReproductionReport(
         title="MR-MTL for private federated mean estimation: closed forms vs Monte-Carlo",
-        source="Liu, thesis ch. 1 §1.6 (Thm 1.6.3, Cor 1.6.4, Props 1.6.5-1.6.6, Lemma 1.6.7, Thm 1.6.8), App. D.5, "
-               "App. E, Fig. 1.7; [C1] plot_hparam_cost.py; spec 002 §3, §6.3, §7 claims 4-7 and 10",
+        source=PAPER["source"],
         rows=table_rows(study) + claim_rows(study) + heterogeneous_rows(study) + tuning_rows(study),
         scale_notes=notes,
         extra=_jsonable(_raw(study)),
@@ -461,7 +455,7 @@ def _raw(study: dict) -> dict:
             }
         taus.append(entry)
     return {key: study[key] for key in ("config", "z", "sigma_dp", "epsilon_sweep", "tuning", "heterogeneous")} | {
-        "taus": taus, "spec_table": {f"{tau}|{s}": dict(zip(QUANTITIES, v)) for (tau, s), v in SPEC_TABLE.items()},
+        "taus": taus, "spec_table": {f"{tau}|{s}": spec_values(tau, s) for tau in TAUS for s in SETTINGS},
     }
 
 

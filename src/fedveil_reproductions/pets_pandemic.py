@@ -46,14 +46,9 @@ from fedveil.reproduce import (
     ResultRow,
 )
 
-# Thesis numbers (AP x 1e-2 on Smoke unless noted), spec 002 §6.2
-PAPER_RANDOM_AP = 0.266e-2  # Table 2.4 / 2.6, Smoke
-PAPER_AP_BY_SIGMA = {0.0: 3.244e-2, 0.01: 3.113e-2, 0.1: 2.570e-2, 0.5: 2.253e-2, 1.0: 1.351e-2, 4.5: 0.578e-2}  # Table 2.6
-PAPER_EPS_BY_SIGMA = {4.5: "≈ 9.9", 1.0: "≈ 84 (C = 5)", 0.5: "≈ 245"}  # Table 2.6 (inconsistent settings, spec §6.2)
-PAPER_LOSS_AP = {"BCE": 3.096e-2, "focal α=0.25": 3.036e-2, "focal α=0.5": 3.165e-2, "focal α=0.75": 3.222e-2}  # Table 2.2
-# [X] recomputation with the [C2] accountant (spec §6.2): N = 2,609,976, b = 512, D = 20, delta = 1/N
-SMOKE_N, SMOKE_B = 2_609_976, 512
-SMOKE_EPS = [(2, 4.5, 8.81), (2, 1.0, 64.4), (2, 0.5, 243.5), (1, 1.0, 46.0)]
+from .paper_numbers import paper_numbers
+
+PAPER = paper_numbers(__name__)  # the thesis's AP on Smoke, Table 2.6's epsilon, spec §6.2's recomputation
 LOSSES = {"BCE": (0.0, None), "focal α=0.25": (2.0, 0.25), "focal α=0.5": (2.0, 0.5)}  # focal α=0.75 is the main run
 
 
@@ -176,26 +171,32 @@ def _ratio(ap: float, random: float) -> str:
     return f"{ap / random:.1f}x random"
 
 
+def _paper_ap(sigma: float) -> float | str:
+    """Table 2.6's AP at noise multiplier ``sigma``."""
+    return PAPER["table_2_6"]["ap"].get(f"{sigma:g}", "not in Table 2.6")
+
+
 def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str]) -> ReproductionReport:
     runs = study["runs"]
+    paper_random, paper_loss, smoke = PAPER["random_ap"], PAPER["table_2_2"]["ap"], PAPER["smoke_epsilon"]
     main = runs[f"central_sigma{cfg.noise_multiplier:g}"]
     fed = runs[f"mrmtl_sigma{cfg.noise_multiplier:g}"]
     random_ap = main.metrics.positive_rate
-    paper_ratio = PAPER_AP_BY_SIGMA[0.01] / PAPER_RANDOM_AP
+    paper_ratio = _paper_ap(0.01) / paper_random
     sir_c, sir_f = _ap(runs["sir_central"]), _ap(runs["sir_federated"])
     big = max(fed.silos, key=lambda r: r.num_people)
     central_on_big = _restricted_ap(main, study["silo_pids"][big.name], study["central_pids"])
     rows = [
-        ResultRow("random guess (= positive rate)", "AP", random_ap, PAPER_RANDOM_AP, "context only: different data"),
+        ResultRow("random guess (= positive rate)", "AP", random_ap, paper_random, "context only: different data"),
         ResultRow("SIR baseline, centralised fit (one risk for everyone)", "AP", sir_c, "not reported",
                   _ratio(sir_c, random_ap)),
         ResultRow("SIR baseline, federated fit (per-silo I/N)", "AP", sir_f, "not reported", _ratio(sir_f, random_ap)),
-        ResultRow(f"centralised LR, focal, σ={cfg.noise_multiplier:g}", "AP", _ap(main), PAPER_AP_BY_SIGMA[0.01],
+        ResultRow(f"centralised LR, focal, σ={cfg.noise_multiplier:g}", "AP", _ap(main), _paper_ap(0.01),
                   f"{_ratio(_ap(main), random_ap)} (paper {paper_ratio:.1f}x); "
                   + ("beats SIR baseline and random: ordering as in the thesis" if _ap(main) > max(sir_c, sir_f, random_ap)
                      else "does NOT beat the SIR baseline / random")),
         ResultRow(f"federated MR-MTL (K={len(fed.silos)}, λ={cfg.pipeline().mrmtl_lambda:g}, T={cfg.rounds}), personal models",
-                  "AP (pooled)", _ap(fed), "not reported (top-2 on the leaderboard)",
+                  "AP (pooled)", _ap(fed), PAPER["claims"]["federated"],
                   f"{_ratio(_ap(fed), random_ap)}; {'above' if _ap(fed) > sir_f else 'NOT above'} the federated SIR baseline; "
                   f"{_ap(fed) / _ap(main):.2f}x the centralised AP"),
         ResultRow("federated local training (λ=0)", "AP (pooled)", _ap(runs["federated_local"]), "not reported",
@@ -206,7 +207,7 @@ def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str])
                    "this small λ and T=2 stays close to local training (row above); the thesis used silos of 200k+ people"
                    if central_on_big > big.metrics.ap else "the personal model is at least as good within its own silo")),
         ResultRow("centralised LR with the paper's exact hyper-parameters (B=512, lr=0.2, 2 epochs)", "AP",
-                  _ap(runs["central_paper_hp"]), PAPER_AP_BY_SIGMA[0.01],
+                  _ap(runs["central_paper_hp"]), _paper_ap(0.01),
                   f"{_ratio(_ap(runs['central_paper_hp']), random_ap)}: {runs['central_paper_hp'].silos[0].steps} steps only"),
     ]
     sigmas = sorted({cfg.noise_multiplier, *cfg.sigma_sweep})
@@ -215,12 +216,12 @@ def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str])
         cs = c.silos[0]
         rows.append(ResultRow(
             f"σ={sigma:g}: centralised / MR-MTL", "AP",
-            f"{_ap(c):.4f} / {_ap(f):.4f}", PAPER_AP_BY_SIGMA.get(sigma, "not in Table 2.6"),
+            f"{_ap(c):.4f} / {_ap(f):.4f}", _paper_ap(sigma),
             f"Thm 2.4.4 node-level ε under its assumptions, not a guarantee here (δ=1/n): centralised "
             f"{_eps(cs.thm244['thesis'].epsilon)} (thesis exponent, S={cs.thm244_s}), "
             f"{_eps(cs.thm244['code'].epsilon)} ([C2] exponent, D={cfg.pipeline().num_neighbours}); "
             f"MR-MTL max over silos {_eps(f.max_thm244_epsilon('thesis'))} / {_eps(f.max_thm244_epsilon('code'))}; "
-            f"paper ε {PAPER_EPS_BY_SIGMA.get(sigma, '—')}",
+            f"paper ε {PAPER['table_2_6']['epsilon'].get(f'{sigma:g}', '—')}",
         ))
     for prefix, label in (("central", "centralised"), ("mrmtl", "MR-MTL")):
         aps = [_ap(runs[f"{prefix}_sigma{s:g}"]) for s in sigmas]
@@ -231,7 +232,7 @@ def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str])
         else:
             verdict = "NOT reproduced"
         rows.append(ResultRow(f"σ sweep ({', '.join(f'{s:g}' for s in sigmas)}), {label}", "AP",
-                              ", ".join(f"{a:.4f}" for a in aps), "AP falls as σ grows (Table 2.6)", verdict))
+                              ", ".join(f"{a:.4f}" for a in aps), PAPER["claims"]["sigma_trend"], verdict))
     for sigma in cfg.capped_sigmas:
         free, cap = runs[f"central_sigma{sigma:g}"].silos[0], runs[f"capped_sigma{sigma:g}"].silos[0]
         rows.append(ResultRow(
@@ -245,12 +246,14 @@ def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str])
         ))
     for loss in cfg.losses:
         ap = _ap(runs[f"central_{loss}"])
-        rows.append(ResultRow(f"loss: {loss} (centralised, σ={cfg.noise_multiplier:g})", "AP", ap, PAPER_LOSS_AP[loss],
-                              f"focal α=0.75 − {loss} = {_ap(main) - ap:+.4f} (paper {PAPER_LOSS_AP['focal α=0.75'] - PAPER_LOSS_AP[loss]:+.4f}); "
+        rows.append(ResultRow(f"loss: {loss} (centralised, σ={cfg.noise_multiplier:g})", "AP", ap, paper_loss[loss],
+                              f"focal α=0.75 − {loss} = {_ap(main) - ap:+.4f} (paper {paper_loss['focal α=0.75'] - paper_loss[loss]:+.4f}); "
                               + ("focal α=0.75 better, as in Table 2.2" if _ap(main) > ap else "focal α=0.75 NOT better")))
-    for epochs, sigma, expected in SMOKE_EPS:
-        eps = node_epsilon(SMOKE_N, 20, SMOKE_B, sigma, steps_for_epochs(SMOKE_N, SMOKE_B, epochs), convention="code").epsilon
-        rows.append(ResultRow(f"accountant check: Smoke N, b=512, D=20, {epochs} epoch(s), σ={sigma:g}", "Thm 2.4.4 ε ([C2] exponent)",
+    n, b, d = smoke["people"], smoke["batch_size"], smoke["neighbours"]
+    for recomputed in smoke["runs"]:
+        epochs, sigma, expected = recomputed["epochs"], recomputed["sigma"], recomputed["epsilon"]
+        eps = node_epsilon(n, d, b, sigma, steps_for_epochs(n, b, epochs), convention="code").epsilon
+        rows.append(ResultRow(f"accountant check: Smoke N, b={b}, D={d}, {epochs} epoch(s), σ={sigma:g}", "Thm 2.4.4 ε ([C2] exponent)",
                               eps, expected, f"{(eps / expected - 1) * 100:+.2f}% vs spec's [X] recomputation"))
     notes = [
         "data: synthetic_pandemic (fedveil.pets.synthetic), NOT the challenge's Virginia data: "
@@ -284,7 +287,7 @@ def build_report(study: dict, cfg: StudyConfig, quick: bool, figures: list[str])
     return ReproductionReport(
         title="PETs pandemic forecasting: centralised vs federated MR-MTL with DP-SGD (synthetic stand-in; "
               "Theorem 2.4.4 node-level ε reported, not a guarantee)",
-        source="Liu, MS thesis (CMU-RI-TR-23-17) ch. 2, Tables 2.2, 2.4, 2.6; spec 002 §4, §6.2",
+        source=PAPER["source"],
         rows=rows,
         scale_notes=notes,
         extra={"config": asdict(cfg), "runs": {k: _summary(v) for k, v in runs.items()},

@@ -82,6 +82,31 @@ def test_per_example_gradients_are_clipped_to_C():
     assert math.sqrt(sum(float((v**2).sum()) for v in step.values())) <= C
 
 
+def test_a_linear_stack_without_noise_takes_per_example_clipped_gd_steps():
+    """Linear-ReLU-Linear (per-example norms and clipped sum in closed form): each step is
+    ``theta -= lr sum_n clip_C(g_n) / N`` with g_n from autograd one example at a time."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 9), nn.ReLU(), nn.Linear(9, 3)).double()
+    x, y = 2 * torch.randn(20, 6, dtype=torch.float64), torch.randint(0, 3, (20,))
+    C, lr, steps = 2.5, 0.5, 3
+    res = train_dp_gd(model, x, y, F.cross_entropy, zero_sigmas(steps), DPGDParams(lr=lr, clip_norm=C), torch.Generator())
+    w, clipped = start(model), set()
+    for _ in range(steps):
+        total = {k: torch.zeros_like(v) for k, v in w.items()}
+        for i in range(len(x)):
+            leaves = {k: v.detach().requires_grad_(True) for k, v in w.items()}
+            loss = F.cross_entropy(torch.func.functional_call(model, leaves, (x[i : i + 1],)), y[i : i + 1])
+            g = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+            norm = math.sqrt(sum(float((v**2).sum()) for v in g.values()))
+            clipped.add(norm > C)
+            for k in g:
+                total[k] += g[k] * min(1.0, C / norm)
+        w = {k: w[k] - lr * total[k] / len(x) for k in w}
+    assert clipped == {True, False}  # clipping acts on some examples, not all
+    for k in w:
+        torch.testing.assert_close(res.params[k], w[k], rtol=0, atol=1e-12)
+
+
 def zero_gradient_loss(out, y):
     return (out * 0.0).sum()
 

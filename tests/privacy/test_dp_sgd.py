@@ -10,10 +10,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedveil.models import MODELS, build_model
+from fedveil.privacy import dp_sgd
 from fedveil.privacy.dp_sgd import (
     add_gaussian_noise,
     check_model_for_dp,
+    clip_factors,
     clip_per_example,
+    linear_stack,
     per_example_grads,
     poisson_batches,
     private_gradient,
@@ -272,3 +275,96 @@ def test_extra_grad_reaches_parameters_the_loss_does_not_use():
                                  extra_grad=lambda p: reg)
     assert torch.equal(grads["unused.weight"], torch.ones(4, 2, 3))
     assert torch.equal(grads["unused.bias"], torch.zeros(4, 2))
+
+
+# ---------------------------------------------------------------- closed form for linear stacks
+
+LINEAR_STACKS = {  # name -> (model in float64, loss, make y)
+    "linear-relu-linear, CE": (
+        lambda: nn.Sequential(nn.Linear(7, 12), nn.ReLU(), nn.Linear(12, 3)), F.cross_entropy,
+        lambda n: torch.randint(0, 3, (n,)),
+    ),
+    "3 layers, tanh, no bias in the middle, CE": (
+        lambda: nn.Sequential(nn.Linear(7, 9), nn.Tanh(), nn.Linear(9, 8, bias=False), nn.SiLU(), nn.Linear(8, 3)),
+        F.cross_entropy, lambda n: torch.randint(0, 3, (n,)),
+    ),
+    "sigmoid, MSE": (
+        lambda: nn.Sequential(nn.Linear(7, 5), nn.Sigmoid(), nn.Linear(5, 2)), F.mse_loss,
+        lambda n: torch.randn(n, 2, dtype=torch.float64),
+    ),
+    "one layer": (lambda: nn.Sequential(nn.Linear(7, 3)), F.cross_entropy, lambda n: torch.randint(0, 3, (n,))),
+}
+
+
+def generic_private_gradient(model, params, x, y, loss_fn, clip, z, denominator, seed, private_rows=None):
+    """private_gradient's generic path by hand: vmap per-example gradients, clip, sum, noise, divide."""
+    grads, losses = per_example_grads(model, params, x, y, loss_fn)
+    factors, norms = clip_factors(grads, clip)
+    if private_rows is not None:
+        factors[private_rows:] = 1.0
+    summed = {k: torch.tensordot(factors, g, dims=1) for k, g in grads.items()}
+    noisy = add_gaussian_noise(summed, clip, z, torch.Generator().manual_seed(seed))
+    return {k: v / denominator for k, v in noisy.items()}, losses, norms
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR_STACKS))
+@pytest.mark.parametrize("z, private_rows", [(0.0, None), (1.3, None), (0.7, 15)])
+def test_linear_stack_closed_form_equals_the_generic_path_in_float64(name, z, private_rows, monkeypatch):
+    make_model, loss_fn, make_y = LINEAR_STACKS[name]
+    torch.manual_seed(0)
+    model = make_model().double()
+    params = params_of(model)
+    assert linear_stack(model, params) is not None
+    x, y = 3 * torch.randn(20, 7, dtype=torch.float64), make_y(20)
+    clip = float(clip_factors(per_example_grads(model, params, x, y, loss_fn)[0], 1.0)[1].median())  # clips half the rows
+    denominator = 20
+    expected, losses, norms = generic_private_gradient(model, params, x, y, loss_fn, clip, z, denominator, 5, private_rows)
+    assert (norms > clip).any() and (norms < clip).any()
+    monkeypatch.setattr(dp_sgd, "per_example_grads", None)  # the closed form forms no per-example gradient
+    out = private_gradient(model, params, x, y, loss_fn, clip=clip, noise_multiplier=z, denominator=denominator,
+                           generator=torch.Generator().manual_seed(5), private_rows=private_rows)
+    assert list(out.grad) == list(params)  # the order the noise is drawn in
+    for k in params:
+        torch.testing.assert_close(out.grad[k], expected[k], rtol=0, atol=1e-10)
+    assert out.loss == pytest.approx(float(losses.mean()), rel=1e-12)
+
+
+def test_linear_stack_closed_form_in_float32_and_under_no_grad():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4))
+    params, x, y = params_of(model), torch.randn(12, 6), torch.randint(0, 4, (12,))
+    expected, _, _ = generic_private_gradient(model, params, x, y, F.cross_entropy, 0.5, 0.0, 12, 0)
+    with torch.no_grad():
+        out = private_gradient(model, params, x, y, F.cross_entropy, clip=0.5, noise_multiplier=0.0, denominator=12,
+                               generator=torch.Generator())
+    for k in params:
+        assert out.grad[k].dtype == torch.float32
+        torch.testing.assert_close(out.grad[k], expected[k], rtol=1e-5, atol=1e-7)
+
+
+class _Stack(nn.Sequential):
+    pass
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        build_model("mlp", (1, 2, 3), 3, hidden=(4,)),  # Flatten first
+        nn.Sequential(nn.Linear(6, 4), nn.LayerNorm(4), nn.Linear(4, 3)),
+        nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.5), nn.Linear(4, 3)),
+        nn.Sequential(nn.Linear(6, 4), nn.ReLU(inplace=True), nn.Linear(4, 3)),
+        nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3)),
+        _Stack(nn.Linear(6, 3)),  # a subclass may change forward
+        nn.Linear(6, 3),
+    ],
+    ids=["mlp-with-flatten", "layernorm", "dropout", "inplace-relu", "conv", "subclass", "bare-linear"],
+)
+def test_other_models_are_not_linear_stacks(model):
+    assert linear_stack(model, params_of(model)) is None
+
+
+def test_a_partial_params_dict_is_not_a_linear_stack():
+    model = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
+    params = params_of(model)
+    del params["2.bias"]
+    assert linear_stack(model, params) is None

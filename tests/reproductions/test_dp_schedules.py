@@ -12,14 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedveil.privacy.dp_gd import DPGDParams, train_dp_gd
-from fedveil.privacy.schedules import PredefinedSchedule, uniform_sigmas
+from fedveil.privacy.schedules import uniform_sigmas
 from fedveil.privacy.zcdp import rho_from_epsilon_delta
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
 from fedveil_reproductions.dp_schedules import (
     StudyConfig,
+    Task,
     claim_verdict,
-    fast_pgd,
     gd_dynamic_sigmas,
     load_mnist_file,
     make_model,
@@ -58,22 +57,6 @@ def test_registered():
     assert "dp_schedules" in REPRODUCTIONS
 
 
-def test_fast_pgd_matches_train_dp_gd():
-    """Closed-form clipping gives the same noiseless update as the generic per-example trainer."""
-    torch.manual_seed(0)
-    x = torch.randn(25, 7)
-    x = x / x.norm(dim=1, keepdim=True) * 5
-    y = torch.randint(0, 3, (25,))
-    model = make_model(7, 12, 3, seed=0)
-    ref = train_dp_gd(
-        model, x, y, nn.functional.cross_entropy, PredefinedSchedule((0.0,) * 4),
-        DPGDParams(lr=0.1, clip_norm=0.5), torch.Generator().manual_seed(0),
-    )
-    fast = fast_pgd(model, x, y, np.zeros(4), 0.1, 0.5, torch.Generator().manual_seed(0))
-    for k, v in fast.items():
-        assert torch.allclose(v, ref.params[k], atol=1e-6), k
-
-
 def test_task_preprocessing(tmp_path):
     images, labels = write_fake_mnist(tmp_path / "mnist-10k")
     x, y = load_mnist_file(tmp_path / "mnist-10k")
@@ -92,8 +75,17 @@ def test_run_spends_budget(tmp_path):
     R = 2 * rho_from_epsilon_delta(4.0, 1e-8)
     out = train_eval(task, uniform_sigmas(R, 10), TINY, seed=0)
     assert out["epsilon"] == pytest.approx(4.0, rel=1e-6) and out["steps"] == 10
-    with pytest.raises(ValueError, match="budget"):
+    with pytest.raises(ValueError, match="more than the budget R .* pays for 5"):
         train_eval(task, uniform_sigmas(2 * R, 10), TINY, seed=0)
+
+
+def test_private_runs_draw_their_noise_from_the_seed(tmp_path):
+    write_fake_mnist(tmp_path / "d")
+    x, y = load_mnist_file(tmp_path / "d")
+    task = make_task(x, y, [3, 5], 30, TINY, "t")
+    R = 2 * rho_from_epsilon_delta(4.0, 1e-8)
+    runs = [train_eval(task, uniform_sigmas(R, 5), TINY, seed) for seed in (0, 0, 1)]
+    assert runs[0] == runs[1] and runs[0]["loss"] != runs[2]["loss"]
 
 
 def _autograd_gd(model, x, y, steps, lr, clip):
@@ -112,26 +104,26 @@ def _autograd_gd(model, x, y, steps, lr, clip):
     return {k: v.detach() for k, v in params.items()}
 
 
-def test_fast_pgd_zero_noise_is_plain_clipped_gd():
-    """sigma_t = 0 steps equal a per-example-clipped GD loop written with autograd, and draw no noise."""
+def test_noiseless_run_is_per_example_clipped_gd():
+    """train_noiseless (the library's DP-GD at sigma_t = 0) equals a per-example-clipped GD loop
+    written with autograd, from the same init."""
     torch.manual_seed(1)
     x = torch.randn(20, 6) * 2
     y = torch.randint(0, 3, (20,))
+    cfg = StudyConfig(hidden=9, lr=0.5, clip=3.0)
     model = make_model(6, 9, 3, seed=3)
-    ref = _autograd_gd(model, x, y, steps=3, lr=0.5, clip=3.0)
-    gen = torch.Generator().manual_seed(7)
-    state_before = gen.get_state()
-    fast = fast_pgd(model, x, y, np.zeros(3), 0.5, 3.0, gen)
-    assert torch.equal(gen.get_state(), state_before)  # no draws for sigma = 0
     # clipping is active for some examples but not all (else the test would not check it)
     norms = []
     for i in range(len(x)):
         model.zero_grad()
         nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
         norms.append(math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters())))
-    assert min(norms) < 3.0 < max(norms)
-    for k, v in fast.items():
-        assert torch.allclose(v, ref[k], atol=1e-6), k
+    assert min(norms) < cfg.clip < max(norms)
+    ref = _autograd_gd(model, x, y, steps=3, lr=cfg.lr, clip=cfg.clip)
+    with torch.no_grad():
+        expected = nn.functional.cross_entropy(torch.func.functional_call(model, ref, (x,)), y).item()
+    out = train_noiseless(Task("t", x, y, x, y, 3), 3, cfg, seed=3)
+    assert out["loss"] == pytest.approx(expected, rel=1e-6) and out["steps"] == 3 and out["epsilon"] == math.inf
 
 
 def test_noiseless_run_below_private_runs(tmp_path):

@@ -6,7 +6,12 @@ import json
 import pytest
 
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
-from fedveil_reproductions.mrmtl_mean_estimation import SPEC_TABLE, TAUS
+from fedveil_reproductions.mrmtl_mean_estimation import (
+    PAPER,
+    QUANTITIES,
+    SETTINGS,
+    TAUS,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +29,19 @@ def test_writes_results_and_figure(quick_run):
     assert (out / report.figures[0]).stat().st_size > 10_000
     data = json.loads((out / "results.json").read_text())
     assert data["quick"] is True
-    assert data["extra"]["z"] == pytest.approx(14.567, rel=1e-4)
+    assert data["extra"]["z"] == pytest.approx(PAPER["z"], rel=1e-4)
 
 
 def test_closed_forms_match_the_spec_table(quick_run):
     _, report = quick_run
     by_tau = {t["tau"]: t for t in report.extra["taus"]}
-    for (tau, setting), spec in SPEC_TABLE.items():
-        closed = by_tau[tau][setting]["closed_form"]
-        for name, value in zip(("sigma_loc2", "lam_star", "E_star", "E_loc", "E_fed"), spec):
-            assert closed[name] == pytest.approx(value, rel=1e-3), (tau, setting, name)
+    assert sorted(PAPER["spec_6_3"]) == sorted(f"{tau:g}" for tau in TAUS)
+    for tau in TAUS:
+        for setting in SETTINGS:
+            spec, closed = PAPER["spec_6_3"][f"{tau:g}"][setting], by_tau[tau][setting]["closed_form"]
+            assert sorted(spec) == sorted(QUANTITIES)
+            for name in QUANTITIES:
+                assert closed[name] == pytest.approx(spec[name], rel=1e-3), (tau, setting, name)
 
 
 def test_monte_carlo_rows_agree_with_the_closed_forms(quick_run):

@@ -9,7 +9,9 @@ One private step (spec 002 §1.2, [C1] ``privatize_grad_hk``)::
 ``denominator`` is the fixed batch size for shuffled batches and the *expected* batch size
 ``q * n`` for Poisson batches (so an empty Poisson batch releases noise / (q n)).
 Per-example gradients come from ``torch.func.vmap`` over ``grad`` (no loop over examples),
-except for recurrent models (see :func:`per_example_grads`).
+except for recurrent models (see :func:`per_example_grads`); for a plain stack of
+``nn.Linear`` layers and elementwise activations, :func:`private_gradient` computes the
+norms and the clipped sum in closed form instead (:func:`linear_stack_grads`).
 Models must not mix examples within a batch: call :func:`check_model_for_dp` once per model.
 """
 from __future__ import annotations
@@ -116,10 +118,84 @@ def clip_factors(grads: Params, clip: float) -> tuple[torch.Tensor, torch.Tensor
     The norm is taken over all tensors together: per-tensor row norms, then their norm
     (no concatenation of the flattened gradients).
     """
-    checks.positive("clip", clip)
     rows = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]
     norms = torch.linalg.vector_norm(torch.stack(rows), dim=0)
-    return (clip / (norms + CLIP_EPS)).clamp(max=1.0), norms
+    return _scale(norms, clip), norms
+
+
+def _scale(norms: torch.Tensor, clip: float) -> torch.Tensor:
+    """``min(1, C / (norm + 1e-15))`` per example."""
+    checks.positive("clip", clip)
+    return (clip / (norms + CLIP_EPS)).clamp(max=1.0)
+
+
+# Parameter-free layers that act on each feature of each row alone: what a linear stack may
+# hold between its nn.Linear layers (not in place: the closed form keeps every layer's output).
+ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Softplus, nn.Identity)
+
+
+def linear_stack(model: nn.Module, params: Params) -> list[tuple[str, nn.Module]] | None:
+    """The layers of ``model`` if it is a plain ``nn.Sequential`` of ``nn.Linear`` layers and
+    :data:`ELEMENTWISE` activations (not in place) whose parameters are exactly ``params``, else None."""
+    if type(model) is not nn.Sequential:  # a subclass may change the forward
+        return None
+    layers = list(model.named_children())
+    if not all(type(m) is nn.Linear or (type(m) in ELEMENTWISE and not getattr(m, "inplace", False)) for _, m in layers):
+        return None
+    if not layers or set(params) != {name for name, _ in model.named_parameters()}:
+        return None
+    return layers
+
+
+@dataclass(frozen=True)
+class LinearStackGrads:
+    """Per-example gradients of a linear stack, factored: for the layer ``z = W a + b`` named
+    ``l``, example n's gradients are ``dW_n = delta_n a_n^T`` and ``db_n = delta_n`` with
+    ``a = inputs[l]`` and ``delta = deltas[l] = dL_n/dz_n``, both ``(B, features)``."""
+
+    inputs: dict[str, torch.Tensor]
+    deltas: dict[str, torch.Tensor]
+    biased: dict[str, bool]
+
+    def norms(self) -> torch.Tensor:
+        """Global L2 norms ``(B,)``: ``||g_n||^2 = sum_l |delta_ln|^2 (|a_ln|^2 + [l has a bias])``."""
+        sq = [
+            self.deltas[l].square().sum(1) * (self.inputs[l].square().sum(1) + float(self.biased[l]))
+            for l in self.inputs
+        ]
+        return torch.stack(sq).sum(0).sqrt()
+
+    def weighted_sum(self, factors: torch.Tensor) -> Params:
+        """``sum_n f_n g_n`` by layer: ``(f delta)^T a`` and ``sum_n f_n delta_n``."""
+        out = {}
+        for l, a in self.inputs.items():
+            fd = factors[:, None] * self.deltas[l]
+            out[f"{l}.weight"] = fd.T @ a
+            if self.biased[l]:
+                out[f"{l}.bias"] = fd.sum(0)
+        return out
+
+
+def linear_stack_grads(
+    layers: list[tuple[str, nn.Module]], params: Params, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn
+) -> tuple[LinearStackGrads, torch.Tensor]:
+    """Factored per-example gradients (:class:`LinearStackGrads`) and per-example losses ``(B,)``
+    of a :func:`linear_stack` on rows ``x`` ``(B, features)``. No layer mixes rows, so one
+    backward pass of the summed per-example losses gives every ``delta_n = dL_n/dz_n``."""
+    a, inputs, outputs = x.detach(), {}, {}
+    with torch.enable_grad():
+        for name, module in layers:
+            if type(module) is nn.Linear:
+                inputs[name] = a.detach()
+                bias = params.get(f"{name}.bias")
+                z = nn.functional.linear(a, params[f"{name}.weight"].detach(), None if bias is None else bias.detach())
+                a = outputs[name] = z if z.requires_grad else z.requires_grad_()  # the first layer's z is a leaf
+            else:
+                a = module(a)
+        losses = vmap(lambda out, yi: loss_fn(out.unsqueeze(0), yi.unsqueeze(0)))(a, y)
+        deltas = torch.autograd.grad(losses.sum(), list(outputs.values()))
+    biased = {name: f"{name}.bias" in params for name in inputs}
+    return LinearStackGrads(inputs, dict(zip(outputs, deltas)), biased), losses.detach()
 
 
 def clip_per_example(grads: Params, clip: float) -> tuple[Params, torch.Tensor]:
@@ -173,11 +249,22 @@ def private_gradient(
     ``noise / denominator``. With ``private_rows``, only the first ``private_rows`` rows
     are private and clipped; the others are public and enter the sum unclipped (their
     influence needs no bound), so the noise still covers exactly the private rows.
+    A :func:`linear_stack` on ``(B, features)`` rows without ``extra_grad`` gets the same
+    gradient in closed form (:class:`LinearStackGrads`), without per-example gradients.
     """
     checks.positive("denominator", denominator)
+    layers = linear_stack(model, params) if extra_grad is None and x.dim() == 2 else None
     if len(x) == 0:
         summed = {k: torch.zeros_like(v) for k, v in params.items()}
         loss_sum = 0.0
+    elif layers is not None:  # closed form, no per-example gradient formed
+        factored, losses = linear_stack_grads(layers, params, x, y, loss_fn)
+        factors = _scale(factored.norms(), clip)
+        if private_rows is not None:
+            factors[private_rows:] = 1.0
+        sums = factored.weighted_sum(factors)
+        summed = {k: sums[k] for k in params}  # parameter order: the noise is drawn in it
+        loss_sum = float(losses.sum())
     else:
         grads, losses = per_example_grads(model, params, x, y, loss_fn, extra_grad, buffers)
         factors, _ = clip_factors(grads, clip)
