@@ -15,7 +15,7 @@ PACKAGE = Path(fedveil.__file__).parent
 
 # Lowest first; a package may import only packages of a strictly lower layer.
 LAYERS = [
-    {"__init__", "errors", "params", "registry", "seeding"},
+    {"__init__", "errors", "options", "params", "registry", "seeding"},
     {"config_file"},  # reads TOML config files (errors only)
     {"data", "models"},
     {"engine"},  # stacked kernels for the models' own layers (GradientReversal)

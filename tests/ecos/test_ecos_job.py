@@ -184,8 +184,10 @@ def test_config_errors_are_one_line_and_name_the_dotted_key(tmp_path, mnist_data
         "data.cloud=\"IID\"": r"^data\.cloud: Input should be 'ID', 'ID\+OoD' or 'OoD' \(got 'IID'\)",
         "labels.sample_rate=2": r"^labels\.sample_rate: Input should be less than or equal to 1",
         "cloud.fixmatch.threshold=2": r"^cloud\.fixmatch\.threshold: Input should be less than or equal to 1",
-        "cloud.model_options.widht=1": r"^cloud\.model_options: widht: unknown key \(did you mean 'width'\?\)",
-        "ecos.extractor_options.cell=3": r"^ecos\.extractor_options: cell: unknown key \(did you mean 'cells'\?\)",
+        "cloud.model_options.widht=1": r"^cloud\.model_options: model 'lenet' has no option 'widht' \(did you mean 'width'\?\)",
+        "ecos.extractor_options.cell=3": (
+            r"^ecos\.extractor_options: extractor 'hog_color' has no option 'cell' \(did you mean 'cells'\?\)"
+        ),
         "data.options.rows=3": r"^data\.options: data set 'digit_domains_synthetic' has no option 'rows'",
         "data.options.root=\"x\"": r"^data\.options: set root as data\.root",
         "ecos.sigma=inf": r"^ecos\.sigma: Input should be a finite number",

@@ -58,15 +58,6 @@ def resolve(name: str) -> Callable[..., nn.Module]:
     return target
 
 
-def python_options(name: str) -> dict[str, Any]:
-    """The options (keyword parameters besides input_shape and num_classes) and their defaults."""
-    params = inspect.signature(resolve(name)).parameters
-    return {
-        k: (None if p.default is inspect.Parameter.empty else p.default)
-        for k, p in params.items() if k not in _DATA_ARGS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    }
-
-
 def build_python_model(name: str, input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """Calls the callable ``name`` stands for with the data arguments
     it declares and ``options``; it must return an ``nn.Module``."""

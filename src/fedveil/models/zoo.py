@@ -1,14 +1,14 @@
 """The model registry, ``build_model`` and the small helpers every builder shares."""
 from __future__ import annotations
 
-import difflib
-import inspect
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from torch import nn
 
+from ..options import check_options, keyword_options
 from ..registry import Registry
-from .python_models import build_python_model, is_python_model, python_options
+from .python_models import build_python_model, is_python_model, resolve
 
 ModelBuilder = Callable[..., nn.Module]
 MODELS: Registry[ModelBuilder] = Registry("model")
@@ -18,23 +18,24 @@ _POSITIONAL = ("input_shape", "num_classes")
 
 def model_options(name: str) -> dict[str, Any]:
     """The keyword options of model ``name`` with their defaults."""
-    if is_python_model(name):
-        return python_options(name)
-    params = inspect.signature(MODELS.get(name)).parameters
-    return {k: p.default for k, p in params.items() if k not in _POSITIONAL}
+    return keyword_options(*_builder(name))
+
+
+def check_model_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ValueError, in one line, for an option model ``name`` does not take or a value
+    its builder's annotation refuses."""
+    builder, exclude = _builder(name)
+    check_options(builder, options, f"model '{name}'", exclude)
+
+
+def _builder(name: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
+    """Model ``name``'s builder and the parameters the data fills in (not options)."""
+    return (resolve(name) if is_python_model(name) else MODELS.get(name)), _POSITIONAL
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """Build model ``name`` for examples of shape ``input_shape`` and ``num_classes`` classes."""
-    accepted = model_options(name)
-    for option in options:
-        if option not in accepted:
-            hint = difflib.get_close_matches(option, accepted, n=1)
-            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
-            choices = ", ".join(f"{k}={v!r}" for k, v in accepted.items()) or "none"
-            raise ValueError(
-                f"model '{name}' has no option '{option}'{did_you_mean}; accepted options: {choices}"
-            )
+    check_model_options(name, options)
     shape = tuple(input_shape)
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")

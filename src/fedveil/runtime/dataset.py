@@ -1,8 +1,7 @@
 """From a ``[data]`` config section to a :class:`FederatedDataset`: load, partition, split."""
 from __future__ import annotations
 
-import difflib
-import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import DataConfig
@@ -12,27 +11,23 @@ from ..data.federated import FederatedDataset, build_federated
 from ..data.partition_base import PARTITIONERS
 from ..data.source import DATASETS, DataSource
 from ..data.standardise import standardise_pooled
+from ..options import check_options, keyword_options
 
 _COMMON_ARGS = ("root", "download")
 
 
 def loader_options(name: str) -> dict[str, Any]:
     """The data-set-specific keyword options of loader ``name`` with their defaults."""
-    params = inspect.signature(DATASETS.get(name)).parameters
-    return {k: p.default for k, p in params.items() if k not in _COMMON_ARGS}
+    return keyword_options(DATASETS.get(name), exclude=_COMMON_ARGS)
 
 
-def check_loader_options(name: str, options: dict[str, Any]) -> None:
-    """Reject an option the loader does not take, naming the accepted ones."""
-    accepted = loader_options(name)
-    for option in options:
-        if option not in accepted:
-            hint = difflib.get_close_matches(option, accepted, n=1)
-            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
-            choices = ", ".join(f"{k}={v!r}" for k, v in accepted.items()) or "none"
-            raise DataError(
-                f"data.options: data set '{name}' has no option '{option}'{did_you_mean}; accepted: {choices}"
-            )
+def check_loader_options(name: str, options: Mapping[str, Any]) -> None:
+    """Reject, in one line, an option the loader does not take (naming the accepted ones) or
+    a value its annotation refuses."""
+    try:
+        check_options(DATASETS.get(name), options, f"data.options: data set '{name}'", exclude=_COMMON_ARGS)
+    except ValueError as err:
+        raise DataError(str(err)) from None
 
 
 def load_source(cfg: DataConfig, seed: int) -> DataSource:

@@ -38,9 +38,6 @@ trainer supervised.
 """
 from __future__ import annotations
 
-import difflib
-import inspect
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,7 +55,8 @@ from ..ecos.selection import CAPS
 from ..ecos.splits import SPLITS
 from ..errors import ConfigError, format_validation_error
 from ..models import MODELS
-from ..models.zoo import model_options
+from ..models.zoo import check_model_options
+from ..options import check_options
 from ..privacy.composition import ACCOUNTANTS
 from ..registry import Registry, UnknownNameError
 from .dataset import check_loader_options
@@ -79,22 +77,6 @@ DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
 HOG_OPTIONS = {"cells": 4, "bins": 9, "block": 1}
 ALL_LABELS = "all"  # labels.per_class: every query's label (None)
 _ECOS, _KNN, _SGD, _FIXMATCH = ECOSSettings(), KNNSettings(), CloudSGD(), FixMatchSettings()  # their defaults
-
-
-def _known_options(options: dict[str, Any], accepted: Collection[str]) -> dict[str, Any]:
-    """``options`` if each key is ``accepted``, else a ValueError with the nearest name."""
-    for key in options:
-        if key not in accepted:
-            hint = difflib.get_close_matches(key, list(accepted), n=1)
-            known = f"; accepted: {', '.join(accepted)}" if accepted else "; it takes none"
-            raise ValueError(f"{key}: unknown key" + (f" (did you mean '{hint[0]}'?)" if hint else known))
-    return options
-
-
-def _keywords(fn: Any) -> list[str]:
-    """The keyword parameters of ``fn`` after its first (the images)."""
-    params = list(inspect.signature(fn).parameters.values())[1:]
-    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _settings(cls: type, section: Section, **values: Any) -> Any:
@@ -190,7 +172,8 @@ class ECOSMethod(_Finite):
             return options
         if options is None:
             return dict(HOG_OPTIONS) if extractor == "hog_color" else {}
-        return _known_options(options, _keywords(EXTRACTORS[extractor]))
+        check_options(EXTRACTORS[extractor], options, f"extractor '{extractor}'", skip_first=1)
+        return options
 
     @property
     def settings(self) -> ECOSSettings:
@@ -272,7 +255,8 @@ class ECOSCloud(_Finite):
             return options
         if options is None:
             return {"width": 0.5} if model == "lenet" else {}
-        return _known_options(options, list(model_options(model)))
+        check_model_options(model, options)
+        return options
 
     @property
     def sgd(self) -> CloudSGD:
