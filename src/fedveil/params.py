@@ -119,7 +119,3 @@ def global_norm(p: Params) -> torch.Tensor:
     """L2 norm of all entries taken together."""
     return torch.sqrt(sum((v.double() ** 2).sum() for v in p.values()))
 
-
-def dot(a: Params, b: Params) -> torch.Tensor:
-    """sum_k <a_k, b_k> over the entries of ``a``, in float64."""
-    return sum((a[k].double() * b[k].double()).sum() for k in a)

@@ -129,11 +129,6 @@ class TrainLog:
     loss_sum: float = 0.0  # non-private, for logging only
     examples: int = 0
 
-    @property
-    def mean_loss(self) -> float:
-        """The mean loss per example, NaN before any example."""
-        return self.loss_sum / self.examples if self.examples else float("nan")
-
 
 def train(
     theta: torch.Tensor,
