@@ -154,8 +154,8 @@ def scale_notes(studies: dict[str, CifarStudy], quick: bool) -> list[str]:
 
 
 def run_folder(setting: str) -> str:
-    """Where a setting's runs sit, relative to ``ctx.runs_dir``: ``<out>/<setting>/runs/``."""
-    return f"../{setting}/runs/"
+    """Where a setting's runs sit, relative to ``ctx.runs_dir``: ``runs/<setting>/``."""
+    return f"{setting}/"
 
 
 def studies_plan(ctx: ReproductionContext, studies: dict[str, CifarStudy]) -> list[PlannedRun]:

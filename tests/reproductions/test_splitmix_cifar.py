@@ -58,7 +58,7 @@ def test_the_study_trains_every_method_and_scores_every_width(tmp_path):
     for by_width in accuracy.values():
         assert set(by_width) == {"0.125", "0.25", "0.5", "1"}
     # split_mix, heterofl, sheterofl, fedavg at 4 widths
-    assert len(list((ctx.out_dir / "iid" / "runs").iterdir())) == 7
+    assert len(list((ctx.runs_dir / "iid").iterdir())) == 7
     assert (ctx.out_dir / "accuracy_vs_width_iid.png").stat().st_size > 0
     # Split-Mix x1 serves 8 bases of the x0.125 net: 8x its parameters
     cost = report.extra["costs"]

@@ -19,14 +19,14 @@ def test_a_reproduction_imports_from_its_siblings_only_the_shared_module_and_the
         assert siblings <= {"splitmix_study", "paper_numbers"}, module
 
 
-def test_plans_name_the_run_folders_of_before(tmp_path):
+def test_plans_name_their_run_folders(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path)
     names = {name: [run.name for run in REPRODUCTIONS.get(name).plan(ctx)] for name in
              ("splitmix_digits", "splitmix_cifar", "splitmix_robust", "splitmix_contact")}
     assert names["splitmix_digits"][:4] == ["split_mix_seed0", "heterofl_seed0", "sheterofl_seed0", "fedavg_x0.125_seed0"]
-    assert names["splitmix_cifar"][0] == "../noniid/runs/split_mix_seed0"  # <out>/<setting>/runs/<run>
+    assert names["splitmix_cifar"][0] == "noniid/split_mix_seed0"  # runs/<setting>/<run>
     last = os.path.normpath(ctx.runs_dir / names["splitmix_cifar"][-1])
-    assert last == str(tmp_path / "iid" / "runs" / "fedavg_x1_seed0")
+    assert last == str(tmp_path / "runs" / "iid" / "fedavg_x1_seed0")
     assert names["splitmix_robust"] == ["at_lam0_seed0", "at_lam1_seed0", "dat_seed0", "oat_seed0", "splitmix_dat_seed0",
                                         "budget_at_seed0"]
     assert names["splitmix_contact"] == ["2_split_mix_seed0", "2_baseline_seed0", "all_split_mix_seed0", "all_baseline_seed0"]
