@@ -45,3 +45,18 @@ def test_the_python_examples_of_your_model_and_data_run(tmp_path, monkeypatch):
     finally:
         for name in {e.name for e in MODELS.entries()} - before:
             MODELS._entries.pop(name)
+
+
+def test_the_python_api_example_of_privacy_runs():
+    """docs/privacy.md's python block runs as written; its calibrations meet their targets."""
+    import re
+
+    from fedveil.privacy import epsilon
+
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "docs" / "privacy.md").read_text(), re.M | re.S)
+    assert len(blocks) == 1
+    namespace: dict = {}
+    exec(blocks[0], namespace)
+    z = namespace["calibrate"](namespace["steps"], target_epsilon=3.0, delta=1e-5)
+    assert epsilon(z, 0.01, 1_000, 1e-5) <= 3.0 < epsilon(z * 0.999, 0.01, 1_000, 1e-5)
+    assert 0 < namespace["ledger"].epsilon("hospital-a", delta=1e-5) < 10

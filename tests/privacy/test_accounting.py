@@ -15,8 +15,10 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from fedveil.privacy import (
     DEFAULT_ORDERS,
     MRMTL_ORDERS,
+    Accountant,
     PrivacyLedger,
     Release,
+    Sampling,
     calibrate_noise,
     epsilon,
     epsilon_from_rho,
@@ -83,13 +85,13 @@ def test_full_batch_matches_closed_form(z, steps, delta):
 def test_poisson_matches_opacus(opacus_rdp, z, q, steps, delta):
     # Integer orders: both libraries evaluate the same exact binomial sum.
     orders = [float(a) for a in range(2, 257)]
-    ours = epsilon(z, q, steps, delta, "poisson", orders=orders)
+    ours = epsilon(z, q, steps, delta, "poisson", Accountant("rdp", orders))
     assert ours == pytest.approx(opacus_eps(opacus_rdp, z, q, steps, delta, orders), rel=1e-3)
     # Fractional orders: dp-accounting 0.6 sums the absolute values of the series
     # terms (an upper bound) where opacus subtracts the negative ones, so ours is
     # never below opacus' and close to it.
     orders = [a for a in DEFAULT_ORDERS if a <= 256]
-    ours = epsilon(z, q, steps, delta, "poisson", orders=orders)
+    ours = epsilon(z, q, steps, delta, "poisson", Accountant("rdp", orders))
     theirs = opacus_eps(opacus_rdp, z, q, steps, delta, orders)
     assert theirs * (1 - 1e-9) <= ours <= theirs * 1.01
 
@@ -101,14 +103,14 @@ def test_pld_close_to_rdp_and_not_larger():
     assert pld <= rdp * 1.01
     assert pld >= 0.75 * rdp
     # shuffle (plain Gaussians) is also supported by PLD
-    rdp_s = epsilon(4.0, 0.1, 30, delta, "shuffle", population_size=100)
-    pld_s = epsilon(4.0, 0.1, 30, delta, "shuffle", "pld", population_size=100)
+    rdp_s = epsilon(4.0, 0.1, 30, delta, Sampling("shuffle", 100))
+    pld_s = epsilon(4.0, 0.1, 30, delta, Sampling("shuffle", 100), "pld")
     assert 0.75 * rdp_s <= pld_s <= rdp_s * 1.01
 
 
 def test_more_orders_never_hurt():
     args = (1.1, 0.01, 1000, 1e-5)
-    assert epsilon(*args) <= epsilon(*args, orders=MRMTL_ORDERS) + 1e-12
+    assert epsilon(*args) <= epsilon(*args, accountant=Accountant("rdp", MRMTL_ORDERS)) + 1e-12
     assert set(MRMTL_ORDERS) <= set(DEFAULT_ORDERS)
 
 
@@ -126,26 +128,27 @@ def test_sampling_relations():
 def test_shuffle_is_one_gaussian_per_epoch(steps, drop_last, epochs):
     # n=100, B=30: 3 steps/epoch when dropping the last partial batch, 4 otherwise.
     z, delta = 3.0, 1e-5
-    got = epsilon(z, 0.3, steps, delta, "shuffle", population_size=100, drop_last=drop_last)
+    got = epsilon(z, 0.3, steps, delta, Sampling("shuffle", 100, drop_last))
     expected = rdp_to_eps(DEFAULT_ORDERS, epochs * np.asarray(DEFAULT_ORDERS) / (2 * z * z), delta)
     assert got == pytest.approx(expected, rel=1e-9)
-    assert epsilon(z, 0.3, 0, delta, "shuffle", population_size=100) == 0.0
+    assert epsilon(z, 0.3, 0, delta, Sampling("shuffle", 100)) == 0.0
 
 
 FEW_ORDERS = [1.5, 1.75] + [float(a) for a in range(2, 33)]  # sampling w/o replacement costs O(order^2)
+FEW = Accountant("rdp", FEW_ORDERS)
 
 
 def test_fixed_size_is_replace_one_without_replacement():
     z, n, b, steps, delta = 2.0, 200, 20, 50, 1e-5
-    got = epsilon(z, b / n, steps, delta, "fixed", population_size=n, orders=FEW_ORDERS)
+    got = epsilon(z, b / n, steps, delta, Sampling("fixed", n), FEW)
     acc = rdp_privacy_accountant.RdpAccountant(FEW_ORDERS, NeighboringRelation.REPLACE_ONE)
     acc.compose(dp_event.SampledWithoutReplacementDpEvent(n, b, dp_event.GaussianDpEvent(z / 2)), steps)
     assert got == pytest.approx(acc.get_epsilon(delta), rel=1e-12)
     # B = n: replace-one sensitivity of a clipped sum is 2C, i.e. a full-batch Gaussian with z/2.
-    full_replace = epsilon(z, 1.0, steps, delta, "fixed", population_size=n, orders=FEW_ORDERS)
-    assert full_replace == pytest.approx(epsilon(z / 2, 1.0, steps, delta, "full", orders=FEW_ORDERS), rel=1e-9)
+    full_replace = epsilon(z, 1.0, steps, delta, Sampling("fixed", n), FEW)
+    assert full_replace == pytest.approx(epsilon(z / 2, 1.0, steps, delta, "full", FEW), rel=1e-9)
     # Replace-one epsilon is larger than the add/remove one of Poisson sampling at the same z.
-    assert got > epsilon(z, b / n, steps, delta, "poisson", orders=FEW_ORDERS)
+    assert got > epsilon(z, b / n, steps, delta, "poisson", FEW)
 
 
 def test_sampling_argument_errors():
@@ -154,11 +157,11 @@ def test_sampling_argument_errors():
     with pytest.raises(ValueError, match="population_size"):
         epsilon(2.0, 0.1, 10, 1e-5, "shuffle")
     with pytest.raises(ValueError, match="whole batch size"):
-        epsilon(2.0, 0.0734, 10, 1e-5, "fixed", population_size=872)
+        epsilon(2.0, 0.0734, 10, 1e-5, Sampling("fixed", 872))
     with pytest.raises(ValueError, match="sample_rate must be 1.0"):
         epsilon(2.0, 0.5, 10, 1e-5, "full")
     with pytest.raises(ValueError, match="PLD.*'rdp'"):
-        epsilon(2.0, 0.1, 10, 1e-5, "fixed", "pld", population_size=100)
+        epsilon(2.0, 0.1, 10, 1e-5, Sampling("fixed", 100), "pld")
 
 
 @pytest.mark.parametrize(
@@ -175,8 +178,6 @@ def test_sampling_argument_errors():
         (dict(delta=1.0), "delta"),
         (dict(sampling="bootstrap"), "sampling"),
         (dict(accountant="moments"), "accountant"),
-        (dict(orders=[0.5, 2.0]), "orders"),
-        (dict(value_discretization_interval=0.0), "value_discretization_interval"),
     ],
 )
 def test_invalid_inputs(kwargs, match):
@@ -198,17 +199,17 @@ def test_calibrate_meets_target_tightly():
 
 
 def test_calibrate_other_samplings_and_pld():
-    z = calibrate_noise(2.0, 1e-5, 0.1, 40, "shuffle", population_size=100)
-    assert epsilon(z, 0.1, 40, 1e-5, "shuffle", population_size=100) <= 2.0
-    assert epsilon(z * 0.99, 0.1, 40, 1e-5, "shuffle", population_size=100) > 2.0
-    few = FEW_ORDERS
-    z = calibrate_noise(2.0, 1e-5, 0.1, 20, "fixed", population_size=100, rtol=1e-3, orders=few)
-    assert epsilon(z, 0.1, 20, 1e-5, "fixed", population_size=100, orders=few) <= 2.0
-    assert epsilon(z * 0.99, 0.1, 20, 1e-5, "fixed", population_size=100, orders=few) > 2.0
-    pld = dict(value_discretization_interval=1e-3)
-    z = calibrate_noise(2.0, 1e-5, 1.0, 4, "full", "pld", rtol=1e-3, **pld)
-    assert epsilon(z, 1.0, 4, 1e-5, "full", "pld", **pld) <= 2.0
-    assert epsilon(z * 0.99, 1.0, 4, 1e-5, "full", "pld", **pld) > 2.0
+    shuffle, fixed = Sampling("shuffle", 100), Sampling("fixed", 100)
+    z = calibrate_noise(2.0, 1e-5, 0.1, 40, shuffle)
+    assert epsilon(z, 0.1, 40, 1e-5, shuffle) <= 2.0
+    assert epsilon(z * 0.99, 0.1, 40, 1e-5, shuffle) > 2.0
+    z = calibrate_noise(2.0, 1e-5, 0.1, 20, fixed, FEW, rtol=1e-3)
+    assert epsilon(z, 0.1, 20, 1e-5, fixed, FEW) <= 2.0
+    assert epsilon(z * 0.99, 0.1, 20, 1e-5, fixed, FEW) > 2.0
+    pld = Accountant("pld", value_discretization_interval=1e-3)
+    z = calibrate_noise(2.0, 1e-5, 1.0, 4, "full", pld, rtol=1e-3)
+    assert epsilon(z, 1.0, 4, 1e-5, "full", pld) <= 2.0
+    assert epsilon(z * 0.99, 1.0, 4, 1e-5, "full", pld) > 2.0
 
 
 # Spec 002 section 1.3 reference noise multipliers (RDP, spec orders), as
@@ -232,7 +233,7 @@ def test_reference_noise_multipliers(target, delta, batch, n, steps, z_ref):
 
 @pytest.mark.parametrize("target,delta,batch,n,steps,z_ref", [REFERENCE[1], REFERENCE[4], REFERENCE[5]])
 def test_reference_noise_multipliers_with_spec_orders(target, delta, batch, n, steps, z_ref):
-    z = calibrate_noise(target, delta, batch / n, steps, orders=MRMTL_ORDERS)
+    z = calibrate_noise(target, delta, batch / n, steps, accountant=Accountant("rdp", MRMTL_ORDERS))
     assert z == pytest.approx(z_ref, rel=1e-3)
 
 
@@ -309,16 +310,16 @@ def test_ledger_would_exceed_and_epsilon_with():
 
 
 def test_ledger_relations_are_checked():
-    ledger = PrivacyLedger(orders=FEW_ORDERS)
+    ledger = PrivacyLedger(FEW)
     ledger.record_gaussian_steps(0, 1.0, 0.1, 10)
     with pytest.raises(ValueError, match="neighbouring relation"):
-        ledger.record_gaussian_steps(0, 1.0, 0.1, 10, "fixed", population_size=100)
+        ledger.record_gaussian_steps(0, 1.0, 0.1, 10, Sampling("fixed", 100))
     assert ledger.relation(0) is NeighboringRelation.ADD_OR_REMOVE_ONE
     assert len(ledger.releases(0)) == 1  # the refused record left no trace
-    ledger.record_gaussian_steps(1, 1.0, 0.1, 10, "fixed", population_size=100)
+    ledger.record_gaussian_steps(1, 1.0, 0.1, 10, Sampling("fixed", 100))
     assert ledger.relation(1) is NeighboringRelation.REPLACE_ONE
     # Poisson composes with shuffling under zero-out neighbours.
-    ledger.record_gaussian_steps(0, 1.0, 0.1, 10, "shuffle", population_size=100)
+    ledger.record_gaussian_steps(0, 1.0, 0.1, 10, Sampling("shuffle", 100))
     assert ledger.relation(0) is NeighboringRelation.REPLACE_SPECIAL
     expected = rdp_privacy_accountant.RdpAccountant(FEW_ORDERS, NeighboringRelation.REPLACE_SPECIAL)
     expected.compose(dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0)), 10)
@@ -334,39 +335,42 @@ def test_ledger_generic_events_and_pld():
     ledger = PrivacyLedger()
     ledger.record("x", dp_event.LaplaceDpEvent(2.0), count=3)
     assert ledger.epsilon("x", 1e-5) == pytest.approx(1.5, rel=0.01)  # three 0.5-DP Laplace releases
-    pld = PrivacyLedger("pld", value_discretization_interval=1e-3)
+    coarse = Accountant("pld", value_discretization_interval=1e-3)
+    pld = PrivacyLedger(coarse)
+    assert pld.accountant is coarse and PrivacyLedger("pld").accountant == Accountant("pld")
     pld.record_gaussian_steps("p", 2.0, 0.05, 50)
     pld.record_gaussian_steps("p", 2.0, 0.05, 50)
-    direct = epsilon(2.0, 0.05, 100, 1e-5, accountant="pld", value_discretization_interval=1e-3)
+    direct = epsilon(2.0, 0.05, 100, 1e-5, accountant=coarse)
     assert pld.epsilon("p", 1e-5) == pytest.approx(direct, rel=1e-2)
     with pytest.raises(ValueError, match="PLD"):
         pld.record_report_noisy_max("p", 0.1)
     with pytest.raises(ValueError, match="PLD"):
-        pld.record_gaussian_steps("p", 2.0, 0.05, 5, "fixed", population_size=100)
+        pld.record_gaussian_steps("p", 2.0, 0.05, 5, Sampling("fixed", 100))
     assert pld.would_exceed("p", gaussian_steps_release(2.0, 0.05, 50), pld.epsilon("p", 1e-5) + 1e-6, 1e-5)
 
 
 @pytest.mark.parametrize("kind", ["rdp", "pld"])
 def test_ledger_state_round_trip(kind):
-    ledger = PrivacyLedger(kind, orders=FEW_ORDERS, value_discretization_interval=1e-3)
+    accountant = Accountant(kind, FEW_ORDERS, 1e-3)
+    ledger = PrivacyLedger(accountant)
     ledger.record_gaussian_steps(3, 3.0, 0.05, 40)
-    ledger.record_gaussian_steps("population", 5.0, 0.1, 20, "shuffle", population_size=50)
+    ledger.record_gaussian_steps("population", 5.0, 0.1, 20, Sampling("shuffle", 50))
     if kind == "rdp":
         ledger.record_report_noisy_max(3, 0.1, count=2)
-        ledger.record_gaussian_steps(7, 2.0, 0.1, 10, "fixed", population_size=100)
+        ledger.record_gaussian_steps(7, 2.0, 0.1, 10, Sampling("fixed", 100))
         ledger.record(3, dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(9.0), dp_event.ZCDpEvent(0.001)]))
     state = json.loads(json.dumps(ledger.state_dict()))
     restored = PrivacyLedger.from_state_dict(state)
-    assert restored.epsilons(1e-5) == ledger.epsilons(1e-5)
+    assert restored.accountant == accountant and restored.epsilons(1e-5) == ledger.epsilons(1e-5)
     assert restored.relation("population") == ledger.relation("population")
     # Both continue identically.
     for led in (ledger, restored):
         led.record_gaussian_steps(3, 3.0, 0.05, 40)
     assert restored.epsilons(1e-5) == ledger.epsilons(1e-5)
-    other = PrivacyLedger(kind, orders=FEW_ORDERS, value_discretization_interval=1e-3)
+    other = PrivacyLedger(accountant)
     other.load_state_dict(ledger.state_dict())
     assert other.epsilons(1e-6) == ledger.epsilons(1e-6)
-    wrong = PrivacyLedger("pld" if kind == "rdp" else "rdp", orders=FEW_ORDERS, value_discretization_interval=1e-3)
+    wrong = PrivacyLedger(Accountant("pld" if kind == "rdp" else "rdp", FEW_ORDERS, 1e-3))
     with pytest.raises(ValueError, match="accountant"):
         wrong.load_state_dict(state)
     with pytest.raises(ValueError, match="format"):

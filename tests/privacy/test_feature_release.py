@@ -11,7 +11,7 @@ from scipy.stats import norm
 
 from fedveil.models.fedfed import clip_to_fraction
 from fedveil.privacy import feature_release as fr
-from fedveil.privacy.composition import DEFAULT_ORDERS, releases_epsilon
+from fedveil.privacy.composition import Accountant, releases_epsilon
 
 
 def test_the_clip_bounds_every_record_and_leaves_small_ones_alone():
@@ -31,7 +31,7 @@ def test_the_clip_bounds_every_record_and_leaves_small_ones_alone():
 @pytest.mark.parametrize("rho, sigma, m", [(0.01, 0.5, 28.0), (0.02, 0.4, 28.0), (0.005, 1.0, 55.4)])
 def test_rigorous_epsilon_is_the_pld_accountants(rho, sigma, m):
     """The closed form against dp-accounting's PLD accountant on the same releases."""
-    pld = releases_epsilon(fr.feature_releases(sigma, rho, m), 1e-5, "pld", DEFAULT_ORDERS, 1e-4)
+    pld = releases_epsilon(fr.feature_releases(sigma, rho, m), 1e-5, Accountant("pld"))
     assert fr.release_epsilon(sigma, rho, m, 1e-5) == pytest.approx(pld, rel=2e-3, abs=2e-3)
 
 
@@ -46,7 +46,7 @@ def test_the_spec_worked_example_is_huge():
 
 def test_two_noisy_copies_cost_one_gaussian_of_the_combined_std():
     m, rho = 28.0, 0.02
-    two = releases_epsilon(fr.feature_releases([0.2, 0.25], rho, m), 1e-5, "pld", DEFAULT_ORDERS, 1e-4)
+    two = releases_epsilon(fr.feature_releases([0.2, 0.25], rho, m), 1e-5, Accountant("pld"))
     combined = (1 / 0.2**2 + 1 / 0.25**2) ** -0.5  # 0.156 (spec 003 §1.6)
     assert two == pytest.approx(fr.release_epsilon(combined, rho, m, 1e-5), rel=2e-3)
     assert fr.release_epsilon([0.2, 0.25], rho, m, 1e-5) == pytest.approx(fr.release_epsilon(combined, rho, m, 1e-5))

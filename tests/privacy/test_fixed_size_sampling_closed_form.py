@@ -30,7 +30,15 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from dp_accounting.rdp.rdp_privacy_accountant import NeighborRel
 
 from fedveil.config import PrivacyConfig, validate
-from fedveil.privacy import DEFAULT_ORDERS, PrivacyLedger, epsilon, gaussian_steps_release, sampling_relation
+from fedveil.privacy import (
+    DEFAULT_ORDERS,
+    Accountant,
+    PrivacyLedger,
+    Sampling,
+    epsilon,
+    gaussian_steps_release,
+    sampling_relation,
+)
 from fedveil.privacy.randomness import NoiseSource
 from fedveil.runtime import run
 from fedveil.runtime.privacy_plan import PopulationPlan, PrivacyPlan
@@ -55,12 +63,12 @@ def rdp_to_dp(orders, rdp, delta: float) -> float:
 
 @pytest.mark.parametrize("z, n, b", [(2.0, 200, 20), (0.8, 10, 3), (5.0, 50, 50)])
 def test_fixed_release_is_without_replacement_gaussian_at_half_z(z, n, b):
-    release = gaussian_steps_release(z, b / n, 7, "fixed", population_size=n)
+    release = gaussian_steps_release(z, b / n, 7, Sampling("fixed", n))
     assert release.event == dp_event.SampledWithoutReplacementDpEvent(n, b, dp_event.GaussianDpEvent(replace_one_multiplier(z)))
     assert release.event.event.noise_multiplier == z / 2 != z
     assert release.count == 7 and sampling_relation("fixed") is NeighborRel.REPLACE_ONE
     ledger = PrivacyLedger("rdp")
-    ledger.record_gaussian_steps("p", z, b / n, 7, "fixed", population_size=n)
+    ledger.record_gaussian_steps("p", z, b / n, 7, Sampling("fixed", n))
     (recorded,) = ledger.releases("p")
     assert recorded.event.event.noise_multiplier == pytest.approx(replace_one_multiplier(z), rel=1e-15)
     assert ledger.relation("p") is NeighborRel.REPLACE_ONE
@@ -77,7 +85,7 @@ def test_full_batch_fixed_epsilon_is_the_gaussian_with_sensitivity_2c(z, steps):
     n = 30
     rdp = [steps * 2 * a / z**2 for a in FEW_ORDERS]
     want = rdp_to_dp(FEW_ORDERS, rdp, DELTA)
-    got = epsilon(z, 1.0, steps, DELTA, "fixed", population_size=n, orders=FEW_ORDERS)
+    got = epsilon(z, 1.0, steps, DELTA, Sampling("fixed", n), Accountant("rdp", FEW_ORDERS))
     assert got == pytest.approx(want, rel=1e-9)
     mutant = rdp_to_dp(FEW_ORDERS, [steps * a / (2 * z**2) for a in FEW_ORDERS], DELTA)
     assert mutant < 0.75 * want
@@ -95,7 +103,7 @@ def test_subsampled_fixed_epsilon_at_order_two_is_wbk_theorem_9(z, n, b, steps):
         return math.log1p(gamma**2 * min(4 * math.expm1(e2), 2 * math.exp(e2)))
 
     want = steps * wbk2(sigma) + math.log(0.5) - math.log(2 * DELTA)
-    got = epsilon(z, gamma, steps, DELTA, "fixed", population_size=n, orders=[2.0])
+    got = epsilon(z, gamma, steps, DELTA, Sampling("fixed", n), Accountant("rdp", [2.0]))
     assert got == pytest.approx(want, rel=1e-9)
     mutant = steps * wbk2(z) + math.log(0.5) - math.log(2 * DELTA)
     assert abs(got - mutant) > 1e-3 * got
@@ -105,9 +113,9 @@ def test_fixed_epsilon_is_dp_accounting_with_the_halved_multiplier_built_here():
     """The ledger composed over several records equals a reference RdpAccountant (replace-one)
     fed with GaussianDpEvent(z / 2) constructed in this test; with z it would be far lower."""
     z, n, b, steps = 1.5, 40, 8, 30
-    ledger = PrivacyLedger("rdp", orders=FEW_ORDERS)
+    ledger = PrivacyLedger(Accountant("rdp", FEW_ORDERS))
     for _ in range(3):
-        ledger.record_gaussian_steps("p", z, b / n, steps, "fixed", population_size=n)
+        ledger.record_gaussian_steps("p", z, b / n, steps, Sampling("fixed", n))
 
     def reference(multiplier: float) -> float:
         acc = rdp_privacy_accountant.RdpAccountant(FEW_ORDERS, NeighborRel.REPLACE_ONE)

@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from fedveil.privacy import calibrate_noise, calibrate_noise_schedule, epsilon, schedule_epsilon
+from fedveil.privacy import Accountant, Sampling, calibrate_noise, calibrate_noise_schedule, epsilon, schedule_epsilon
 from fedveil.privacy.schedules import gd_dynamic_sigmas, quantise_shape, round_shape
 
 DELTA = 1e-5
 INTEGER_ORDERS = [float(a) for a in range(2, 129)]
+INTEGER = Accountant("rdp", INTEGER_ORDERS)
 
 
 def opacus_schedule_eps(zs, q, steps_per_entry, delta, orders):
@@ -33,10 +34,11 @@ def opacus_schedule_eps(zs, q, steps_per_entry, delta, orders):
 
 def test_constant_schedule_is_plain_composition():
     zs = np.full(7, 1.3)
-    for sampling, extra in [("poisson", {}), ("fixed", {"population_size": 50}), ("shuffle", {"population_size": 50})]:
-        got = schedule_epsilon(zs, 0.2, DELTA, 3, sampling, **extra)
+    for sampling in [Sampling("poisson"), Sampling("fixed", 50), Sampling("shuffle", 50)]:
+        got = schedule_epsilon(zs, 0.2, DELTA, 3, sampling)
         # shuffle: each entry is a fresh permutation of 50 // 10 = 5 steps per epoch: 1 epoch per entry
-        assert got == pytest.approx(epsilon(1.3, 0.2, 21 if sampling != "shuffle" else 35, DELTA, sampling, **extra), rel=1e-12)
+        steps = 21 if sampling.scheme != "shuffle" else 35
+        assert got == pytest.approx(epsilon(1.3, 0.2, steps, DELTA, sampling), rel=1e-12)
 
 
 def test_unsampled_gaussians_compose_to_one_gaussian():
@@ -50,7 +52,7 @@ def test_unsampled_gaussians_compose_to_one_gaussian():
 
 def test_poisson_schedule_matches_opacus():
     zs = np.array([2.2, 1.9, 1.6, 1.4, 1.2])
-    ours = schedule_epsilon(zs, 0.05, DELTA, 40, orders=INTEGER_ORDERS)
+    ours = schedule_epsilon(zs, 0.05, DELTA, 40, accountant=INTEGER)
     assert ours == pytest.approx(opacus_schedule_eps(zs, 0.05, 40, DELTA, INTEGER_ORDERS), rel=1e-3)
 
 
@@ -58,12 +60,12 @@ def test_poisson_schedule_matches_opacus():
 def test_calibrated_schedule_keeps_shape_and_spends_the_budget(target):
     shape = gd_dynamic_sigmas(1.0, 6, 0.7)  # decreasing: the last round is the least noisy
     rtol = 1e-3
-    zs = calibrate_noise_schedule(shape, target, DELTA, 0.1, 5, rtol=rtol, orders=INTEGER_ORDERS)
+    zs = calibrate_noise_schedule(shape, target, DELTA, 0.1, 5, accountant=INTEGER, rtol=rtol)
     np.testing.assert_allclose(zs / zs.min(), shape / shape.min(), rtol=1e-12)
-    spent = schedule_epsilon(zs, 0.1, DELTA, 5, orders=INTEGER_ORDERS)
+    spent = schedule_epsilon(zs, 0.1, DELTA, 5, accountant=INTEGER)
     assert spent <= target
     # minimal: a little less noise everywhere overspends
-    assert schedule_epsilon(zs * (1 - 2 * rtol), 0.1, DELTA, 5, orders=INTEGER_ORDERS) > target
+    assert schedule_epsilon(zs * (1 - 2 * rtol), 0.1, DELTA, 5, accountant=INTEGER) > target
     assert opacus_schedule_eps(zs, 0.1, 5, DELTA, INTEGER_ORDERS) == pytest.approx(spent, rel=1e-3)
 
 
@@ -78,7 +80,7 @@ def test_calibrated_shuffle_schedule_matches_the_single_gaussian_closed_form():
     sum_t epochs_t / z_t^2 = 1 / z1^2 with z1 the single Gaussian meeting the target."""
     shape = np.array([3.0, 2.0, 1.5, 1.0])
     n, batch, steps = 40, 10, 6  # 4 steps per epoch: 6 steps = 2 epochs per round
-    zs = calibrate_noise_schedule(shape, 3.0, DELTA, batch / n, steps, "shuffle", population_size=n, rtol=1e-6)
+    zs = calibrate_noise_schedule(shape, 3.0, DELTA, batch / n, steps, Sampling("shuffle", n), rtol=1e-6)
     z1 = calibrate_noise(3.0, DELTA, 1.0, 1, "full", rtol=1e-6)
     assert float(np.sum(2 / zs**2) ** -0.5) == pytest.approx(z1, rel=1e-5)
 

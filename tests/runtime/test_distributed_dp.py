@@ -115,7 +115,7 @@ def test_the_ledger_records_the_noise_the_survivors_carried(threshold, colluders
     for release in releases:
         assert release.event.variance == pytest.approx(planned_variance * (6 - colluders) / (t - colluders), rel=1e-12)
     spent = theorem_epsilon([r.event.variance for r in releases], mech.l2_sensitivity, mech.l1_sensitivity, 1e-5,
-                            plan.ledger.orders)
+                            plan.ledger.accountant.orders)
     assert summary["epsilon"] == pytest.approx(spent, rel=1e-9)
     if t == 6 and colluders == 0:  # no spare noise: the budget is spent exactly
         assert summary["epsilon"] == pytest.approx(4.0, rel=1e-3)

@@ -25,6 +25,7 @@ import fedveil.privacy.client_dp as client_dp
 from fedveil.cli.main import main
 from fedveil.config import ConfigError
 from fedveil.privacy.composition import DEFAULT_ORDERS
+from fedveil.privacy.relations import Sampling
 from fedveil.privacy.ledger_check import PrivacyCheckError
 from fedveil.runtime import Simulation
 from fedveil.runtime.run_privacy import RunPrivacy
@@ -166,8 +167,8 @@ def test_two_trainings_recorded_as_one_release_stop_the_run(tmp_path, monkeypatc
     """Item 1 as it was: Ditto's two shuffled trainings merged into one release."""
 
     def merged(self, cid, n, dp, trainings):
-        self.ledger.record_gaussian_steps(cid, dp.noise_multiplier, dp.batch_size / n, sum(trainings), dp.sampling,
-                                          population_size=n)
+        self.ledger.record_gaussian_steps(cid, dp.noise_multiplier, dp.batch_size / n, sum(trainings),
+                                          Sampling(dp.sampling, n))
 
     monkeypatch.setattr(RunPrivacy, "record_client", merged)
     sim = Simulation.from_config(tiny_config(

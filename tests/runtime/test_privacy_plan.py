@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fedveil.privacy import calibrate_noise, gaussian_steps_release
+from fedveil.privacy import Sampling, calibrate_noise, gaussian_steps_release
 from fedveil.privacy.randomness import NoiseSource
 from fedveil.runtime import Simulation
 from fedveil.runtime.privacy_plan import POPULATION
@@ -38,12 +38,13 @@ def test_client_level_plan_states_its_release_per_round_without_a_ledger():
     assert population is not None and plan.clients == {} and plan.distributed is None
     assert population.sample_rate == 4 / plan.num_clients and population.cohort == 4
     assert population.sampling == "fixed"  # the default cohorts: m clients drawn without replacement
-    fixed = {"sampling": "fixed", "population_size": plan.num_clients}
-    want = calibrate_noise(2.0, 1e-5, population.sample_rate, 3, **fixed)
+    fixed = Sampling("fixed", plan.num_clients)
+    assert plan.sampling(plan.num_clients) == fixed
+    want = calibrate_noise(2.0, 1e-5, population.sample_rate, 3, fixed)
     assert population.noise_multiplier == pytest.approx(want, rel=1e-3)
     for r in range(3):
         assert plan.planned_round(r, [0, 1]) == {
-            POPULATION: [gaussian_steps_release(population.noise_multiplier, population.sample_rate, 1, **fixed)]
+            POPULATION: [gaussian_steps_release(population.noise_multiplier, population.sample_rate, 1, fixed)]
         }
 
 

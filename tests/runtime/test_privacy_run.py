@@ -20,7 +20,7 @@ from fedveil.cli.main import main
 from fedveil.config import ClientConfig, ConfigError
 from fedveil.data.arrays import ArrayDataset
 from fedveil.models import build_model
-from fedveil.privacy import epsilon
+from fedveil.privacy import Sampling, epsilon
 from fedveil.privacy.dp_sgd import ExampleDP
 from fedveil.runtime import Simulation, run
 from fedveil.training.local import LocalTrainer, task_loss
@@ -56,12 +56,12 @@ def participations(config, through_round: int | None = None) -> np.ndarray:
     return counts
 
 
-def client_accounting(config, n: int) -> tuple[float, int, dict]:
-    """``q_k``, DP-SGD steps per round and the accounting arguments of a client with ``n`` rows."""
+def client_accounting(config, n: int) -> tuple[float, int, Sampling]:
+    """``q_k``, DP-SGD steps per round and the sampling of a client with ``n`` rows."""
     b = min(config.client.batch_size, n)
     if config.privacy.batch_sampling == "poisson":
-        return b / n, config.client.epochs * math.ceil(n / b), {"sampling": "poisson"}
-    return b / n, config.client.epochs * (n // b), {"sampling": "shuffle", "population_size": n}
+        return b / n, config.client.epochs * math.ceil(n / b), Sampling("poisson")
+    return b / n, config.client.epochs * (n // b), Sampling("shuffle", n)
 
 
 def expected_epsilons(config, sizes, noise, through_round: int | None = None) -> list[float]:
@@ -69,9 +69,9 @@ def expected_epsilons(config, sizes, noise, through_round: int | None = None) ->
     counts = participations(config, through_round)
     out = []
     for k, n in enumerate(sizes):
-        q, per_round, args = client_accounting(config, n)
+        q, per_round, sampling = client_accounting(config, n)
         steps = int(counts[k]) * per_round
-        out.append(epsilon(noise[k], q, steps, config.privacy.delta, **args) if steps else 0.0)
+        out.append(epsilon(noise[k], q, steps, config.privacy.delta, sampling) if steps else 0.0)
     return out
 
 
@@ -358,7 +358,7 @@ def test_client_level_fixed_cohorts(tmp_path):
     config = client_config(privacy={"noise_multiplier": z}, federation={"sampling": "fixed"})
     summary = run(config, tmp_path / "run", progress=False)
     assert summary["noise_multiplier"] == z
-    want = epsilon(z, 5 / 20, config.federation.rounds, DELTA, "fixed", population_size=20)
+    want = epsilon(z, 5 / 20, config.federation.rounds, DELTA, Sampling("fixed", 20))
     assert summary["epsilon"] == pytest.approx(want, rel=1e-9)
     assert want != pytest.approx(epsilon(z, 5 / 20, config.federation.rounds, DELTA, "poisson"), rel=1e-3)
 

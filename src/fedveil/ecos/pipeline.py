@@ -245,9 +245,9 @@ def _pool(cloud_x: CloudPool | torch.Tensor, settings: ECOSSettings, seed: int) 
 def _spend(ledger: PrivacyLedger, subject: Subject, settings: ECOSSettings, spend: Plan) -> tuple[Plan, float]:
     """The plan and the client's ledger total once it is recorded; refuses, before any work, a
     ledger of another accountant or a total over ``epsilon_budget``."""
-    if ledger.accountant != settings.accountant:
+    if ledger.accountant.kind != settings.accountant:
         raise ValueError(
-            f"the ledger accounts with {ledger.accountant!r} but the settings plan with {settings.accountant!r}."
+            f"the ledger accounts with {ledger.accountant.kind!r} but the settings plan with {settings.accountant!r}."
         )
     total = ledger.epsilon_with(subject, list(spend.releases), settings.delta)
     if settings.epsilon_budget is not None and total > settings.epsilon_budget:

@@ -3,21 +3,22 @@
 Epsilon falls monotonically as the noise grows, so each calibration brackets the
 root of ``epsilon(z) - target`` and shrinks the bracket; the returned noise always
 meets the target (spec 002 section 1.3; spec 000 §1.8 mode (i) for schedules).
+:func:`calibrate` does it for any releases made from ``z`` (as dp-accounting's
+``calibrate_dp_mechanism`` does for an event factory); the others are its uses.
 """
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import checks
 from .composition import (
-    check_accountant,
-    check_orders,
-    check_vdi,
+    Accountant,
+    as_accountant,
     combined_relation,
     rdp_curve,
     rdp_to_epsilon,
@@ -25,10 +26,10 @@ from .composition import (
     schedule_releases,
 )
 from .events import Release, as_releases, check_sample_rate, event_key, gaussian_steps_release
-from .relations import check_sampling
+from .relations import Sampling, as_sampling
 from .skellam import SKELLAM_RELATIONS, skellam_event
 
-__all__ = ["calibrate_noise", "calibrate_noise_schedule", "calibrate_skellam", "skellam_releases"]
+__all__ = ["calibrate", "calibrate_noise", "calibrate_noise_schedule", "calibrate_skellam", "skellam_releases"]
 
 
 def _check_noise_range(min_noise_multiplier: Any, max_noise_multiplier: Any) -> tuple[float, float]:
@@ -39,52 +40,75 @@ def _check_noise_range(min_noise_multiplier: Any, max_noise_multiplier: Any) -> 
     return z_min, z_max
 
 
+def calibrate(
+    make_releases: Callable[[float], Any],
+    target_epsilon: float,
+    delta: float,
+    accountant: Accountant | str = "rdp",
+    *,
+    guess: float | None = None,
+    rtol: float = 1e-4,
+    min_noise_multiplier: float = 1e-3,
+    max_noise_multiplier: float = 1e6,
+) -> float:
+    """Smallest noise multiplier ``z`` whose releases ``make_releases(z)`` (Releases /
+    DpEvents, composed by ``accountant``) spend at most ``target_epsilon`` at ``delta``.
+
+    The event-factory form of dp-accounting's ``calibrate_dp_mechanism``; epsilon must
+    fall as ``z`` grows. Brackets the root of ``epsilon(z) - target`` (factors of 4 from
+    ``z = 1``, or of 1.02 from a close ``guess``) and shrinks the bracket (bisection,
+    accelerated by regula falsi in ``log z``) until ``hi - lo <= rtol * hi``; returns the
+    upper end, so the target is always met and ``z * (1 - rtol)`` misses it.
+
+    Raises ValueError when the target cannot be met with ``z <= max_noise_multiplier``
+    or is met even by ``z = min_noise_multiplier``.
+    """
+    target = checks.positive("target_epsilon", target_epsilon)
+    delta = checks.fraction("delta", delta)
+    acc = as_accountant(accountant)
+    rtol = checks.positive("rtol", rtol)
+    z_min, z_max = _check_noise_range(min_noise_multiplier, max_noise_multiplier)
+
+    def eps_of(z: float) -> float:
+        return releases_epsilon(as_releases(make_releases(z)), delta, acc)
+
+    if guess is None:
+        return _solve_noise(eps_of, target, delta, z_min, z_max, rtol)
+    return _solve_noise(eps_of, target, delta, z_min, z_max, rtol, start=checks.positive("guess", guess), factor=1.02)
+
+
 def calibrate_noise(
     target_epsilon: float,
     delta: float,
     sample_rate: float,
     steps: int,
-    sampling: str = "poisson",
-    accountant: str = "rdp",
+    sampling: Sampling | str = "poisson",
+    accountant: Accountant | str = "rdp",
     *,
-    population_size: int | None = None,
-    drop_last: bool = True,
-    orders: Sequence[float] | None = None,
-    value_discretization_interval: float = 1e-4,
     extra_events: Any = None,
     rtol: float = 1e-4,
-    max_noise_multiplier: float = 1e6,
     min_noise_multiplier: float = 1e-3,
+    max_noise_multiplier: float = 1e6,
 ) -> float:
-    """Smallest noise multiplier whose :func:`~fedveil.privacy.composition.epsilon` (plus
-    ``extra_events``) is <= ``target_epsilon``.
+    """:func:`calibrate` for ``steps`` subsampled-Gaussian steps
+    (:func:`~fedveil.privacy.composition.epsilon`) plus ``extra_events``.
 
-    Brackets the root of the monotone ``epsilon(z) - target`` (factors of 4 from
-    ``z = 1``) and shrinks the bracket (bisection, accelerated by regula falsi
-    in ``log z``) until ``hi - lo <= rtol * hi``; returns the upper end, so the
-    target is always met and ``z * (1 - rtol)`` misses it.  ``extra_events``
-    (Releases / DpEvents, e.g. report-noisy-max selections, spec 002 section
-    1.4) are composed with the Gaussian steps, so the noise is recalibrated to
-    keep the total at the target.  Results without ``extra_events`` are cached.
-
-    Raises ValueError when the target cannot be met with
-    ``z <= max_noise_multiplier`` (e.g. ``extra_events`` alone exceed it) or is met
-    even by ``z = min_noise_multiplier``.
+    ``extra_events`` (Releases / DpEvents, e.g. report-noisy-max selections, spec 002
+    section 1.4) are composed with the Gaussian steps, so the noise is recalibrated to
+    keep the total at the target; with RDP their curve is summed once. Results without
+    ``extra_events`` are cached. Raises ValueError as :func:`calibrate` does, and when
+    ``extra_events`` alone exceed the target.
     """
     target = checks.positive("target_epsilon", target_epsilon)
     delta = checks.fraction("delta", delta)
     q = check_sample_rate(sample_rate)
     steps = checks.integer("steps", steps)
-    sampling = check_sampling(sampling)
-    kind = check_accountant(accountant)
-    orders_t = check_orders(orders)
-    vdi = check_vdi(value_discretization_interval)
+    sampling = as_sampling(sampling)
+    acc = as_accountant(accountant)
     rtol = checks.positive("rtol", rtol)
     z_min, z_max = _check_noise_range(min_noise_multiplier, max_noise_multiplier)
     extras = as_releases(extra_events)
-    if population_size is not None:
-        population_size = checks.integer("population_size", population_size, minimum=1)
-    args = (target, delta, q, steps, sampling, kind, population_size, bool(drop_last), orders_t, vdi, rtol, z_max, z_min)
+    args = (target, delta, q, steps, sampling, acc, rtol, z_min, z_max)
     if not extras:
         return _calibrate_cached(*args)
     return _calibrate(*args, extras)
@@ -95,38 +119,35 @@ def _calibrate_cached(*args) -> float:
     return _calibrate(*args, [])
 
 
-def _calibrate(target, delta, q, steps, sampling, kind, population_size, drop_last, orders_t, vdi, rtol, z_max, z_min, extras):
+def _calibrate(target, delta, q, steps, sampling, acc, rtol, z_min, z_max, extras):
     if steps == 0:
         raise ValueError("steps must be >= 1 to calibrate a noise multiplier (0 steps release nothing).")
     # Validates the sampling arguments and that the Gaussian steps and `extra_events` share a relation.
-    probe = gaussian_steps_release(1.0, q, steps, sampling, population_size=population_size, drop_last=drop_last)
+    probe = gaussian_steps_release(1.0, q, steps, sampling)
     extra_keys = [event_key(r.event) for r in extras]
-    relation = combined_relation(kind, [probe, *extras], [event_key(probe.event), *extra_keys])
-
-    if kind == "rdp":
-        extra_vec = np.zeros(len(orders_t))
-        for rel, key in zip(extras, extra_keys):
-            if rel.count:
-                extra_vec = extra_vec + rel.count * rdp_curve(key, relation, orders_t)
-
-        def eps_of(z: float) -> float:
-            r = gaussian_steps_release(z, q, steps, sampling, population_size=population_size, drop_last=drop_last)
-            vec = r.count * rdp_curve(event_key(r.event), relation, orders_t) + extra_vec
-            return rdp_to_epsilon(vec, orders_t, delta)
-
-    else:
-
-        def eps_of(z: float) -> float:
-            r = gaussian_steps_release(z, q, steps, sampling, population_size=population_size, drop_last=drop_last)
-            return releases_epsilon([r, *extras], delta, kind, orders_t, vdi)
-
+    relation = combined_relation(acc.kind, [probe, *extras], [event_key(probe.event), *extra_keys])
     if extras:
-        eps_extra = releases_epsilon(extras, delta, kind, orders_t, vdi)
+        eps_extra = releases_epsilon(extras, delta, acc)
         if eps_extra >= target:
             raise ValueError(
                 f"target epsilon {target} is unreachable: the extra releases alone cost epsilon={eps_extra:.6g} "
                 f"at delta={delta:g}, before any Gaussian step."
             )
+    if not extras or acc.kind != "rdp":
+        return calibrate(
+            lambda z: [gaussian_steps_release(z, q, steps, sampling), *extras], target, delta, acc,
+            rtol=rtol, min_noise_multiplier=z_min, max_noise_multiplier=z_max,
+        )
+    # RDP with extras: their curve is summed once, not at every trial z.
+    extra_vec = np.zeros(len(acc.orders))
+    for rel, key in zip(extras, extra_keys):
+        if rel.count:
+            extra_vec = extra_vec + rel.count * rdp_curve(key, relation, acc.orders)
+
+    def eps_of(z: float) -> float:
+        r = gaussian_steps_release(z, q, steps, sampling)
+        return rdp_to_epsilon(r.count * rdp_curve(event_key(r.event), relation, acc.orders) + extra_vec, acc.orders, delta)
+
     return _solve_noise(eps_of, target, delta, z_min, z_max, rtol)
 
 
@@ -220,16 +241,12 @@ def calibrate_noise_schedule(
     delta: float,
     sample_rate: float,
     steps_per_entry: int = 1,
-    sampling: str = "poisson",
-    accountant: str = "rdp",
+    sampling: Sampling | str = "poisson",
+    accountant: Accountant | str = "rdp",
     *,
-    population_size: int | None = None,
-    drop_last: bool = True,
-    orders: Sequence[float] | None = None,
-    value_discretization_interval: float = 1e-4,
     rtol: float = 1e-4,
-    max_noise_multiplier: float = 1e6,
     min_noise_multiplier: float = 1e-3,
+    max_noise_multiplier: float = 1e6,
 ) -> np.ndarray:
     """Noise multipliers ``z_t = s * shape_t / min(shape)`` with the smallest scale ``s``
     whose :func:`~fedveil.privacy.composition.schedule_epsilon` is <= ``target_epsilon``.
@@ -242,7 +259,7 @@ def calibrate_noise_schedule(
 
     Each distinct value costs one accountant evaluation per trial scale (about 0.2 s
     for RDP, 0.7 s for PLD), so quantise long shapes first
-    (:func:`fedveil.privacy.schedules.quantise_shape`).  The search starts from the
+    (:func:`fedveil.privacy.schedules.quantise_shape`). :func:`calibrate` starts from the
     constant schedule of the same total Gaussian cost (``1/z^2`` averaged), which
     is exact for unsampled Gaussians and close for subsampled ones.
     """
@@ -252,24 +269,16 @@ def calibrate_noise_schedule(
     delta = checks.fraction("delta", delta)
     q = check_sample_rate(sample_rate)
     steps = checks.integer("steps_per_entry", steps_per_entry, minimum=1)
-    sampling = check_sampling(sampling)
-    kind = check_accountant(accountant)
-    orders_t = check_orders(orders)
-    vdi = check_vdi(value_discretization_interval)
+    sampling = as_sampling(sampling)
+    acc = as_accountant(accountant)
     rtol = checks.positive("rtol", rtol)
     z_min, z_max = _check_noise_range(min_noise_multiplier, max_noise_multiplier)
-    if population_size is not None:
-        population_size = checks.integer("population_size", population_size, minimum=1)
-
-    def eps_of(scale: float) -> float:
-        releases = schedule_releases(scale * base, q, steps, sampling, population_size, bool(drop_last))
-        return releases_epsilon(releases, delta, kind, orders_t, vdi)
-
-    total_steps = base.size * steps
-    constant = _calibrate_cached(target, delta, q, total_steps, sampling, kind, population_size, bool(drop_last),
-                                 orders_t, vdi, rtol, z_max, z_min)
-    guess = constant * math.sqrt(np.mean(base**-2.0))
-    scale = _solve_noise(eps_of, target, delta, z_min, z_max, rtol, start=guess, factor=1.02)
+    constant = _calibrate_cached(target, delta, q, base.size * steps, sampling, acc, rtol, z_min, z_max)
+    scale = calibrate(
+        lambda s: schedule_releases(s * base, q, steps, sampling), target, delta, acc,
+        guess=constant * math.sqrt(np.mean(base**-2.0)), rtol=rtol, min_noise_multiplier=z_min,
+        max_noise_multiplier=z_max,
+    )
     return scale * base
 
 
@@ -288,17 +297,16 @@ def calibrate_skellam(
 ) -> np.ndarray:
     """Noise multipliers ``z_r = s * shape_r / min(shape)`` of one Skellam release per round
     with the smallest scale ``s`` whose RDP epsilon is <= ``target_epsilon`` (the distributed
-    mechanism, :mod:`fedveil.runtime.distributed_dp`). The search starts from the Gaussian of
-    the same rounds without sampling, which the Skellam bound approaches as the variance grows."""
+    mechanism, :mod:`fedveil.runtime.distributed_dp`). :func:`calibrate` starts from the Gaussian
+    of the same rounds without sampling, which the Skellam bound approaches as the variance grows."""
     base = checks.positive_vector("shape", shape)
     base = base / base.min()
     target = checks.positive("target_epsilon", target_epsilon)
     delta = checks.fraction("delta", delta)
-    orders_t = check_orders(orders)
-
-    def eps_of(scale: float) -> float:
-        return releases_epsilon(skellam_releases(scale * base, l2_sensitivity, l1_sensitivity), delta, "rdp", orders_t, 1e-4)
-
-    gaussian = _calibrate_cached(target, delta, 1.0, base.size, "full", "rdp", None, True, orders_t, 1e-4, rtol, 1e6, 1e-3)
-    guess = gaussian * math.sqrt(np.mean(base**-2.0))
-    return _solve_noise(eps_of, target, delta, 1e-3, 1e6, rtol, start=guess, factor=1.02) * base
+    acc = Accountant("rdp", orders)
+    gaussian = _calibrate_cached(target, delta, 1.0, base.size, Sampling("full"), acc, rtol, 1e-3, 1e6)
+    scale = calibrate(
+        lambda s: skellam_releases(s * base, l2_sensitivity, l1_sensitivity), target, delta, acc,
+        guess=gaussian * math.sqrt(np.mean(base**-2.0)), rtol=rtol,
+    )
+    return scale * base

@@ -11,7 +11,8 @@ same as spec 002 eq. 1.4 and tf-privacy's ``_compute_eps``; note that for
 fractional orders dp-accounting 0.6 bounds the Poisson series by the sum of
 the absolute values of its terms, so at fractional orders it is slightly more
 conservative than opacus / tf-privacy, identical at integer orders) and ``"pld"``
-(``PLDAccountant`` with ``value_discretization_interval`` 1e-4, pessimistic).
+(``PLDAccountant`` with ``value_discretization_interval`` 1e-4, pessimistic); an
+:class:`Accountant` is one of them with its settings.
 PLD supports Poisson, full-batch and shuffle Gaussians; it does not support
 sampling without replacement nor ``ZCDpEvent`` (report-noisy-max), and such
 combinations raise ``ValueError``.
@@ -34,11 +35,11 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from . import checks
 from .events import Release, check_sample_rate, event_from_dict, event_key, gaussian_steps_release
-from .relations import ALL_RELATIONS, check_sampling, relation_names, resolve_relation
+from .relations import ALL_RELATIONS, Sampling, as_sampling, relation_names, resolve_relation
 from .sgm_rdp import poisson_gaussian_rdp
 from .skellam import SKELLAM_RELATIONS, SkellamDpEvent, skellam_rdp
 
-__all__ = ["ACCOUNTANTS", "MRMTL_ORDERS", "DEFAULT_ORDERS", "epsilon", "schedule_epsilon"]
+__all__ = ["ACCOUNTANTS", "MRMTL_ORDERS", "DEFAULT_ORDERS", "Accountant", "as_accountant", "epsilon", "schedule_epsilon"]
 
 ACCOUNTANTS = ("rdp", "pld")
 
@@ -62,7 +63,7 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple(
 )
 
 
-# --------------------------------------------------------------------------- configuration checks
+# --------------------------------------------------------------------------- configuration
 
 
 def check_accountant(accountant: Any) -> str:
@@ -72,7 +73,7 @@ def check_accountant(accountant: Any) -> str:
 
 def check_orders(orders: Any) -> tuple[float, ...]:
     """RDP orders as a tuple of floats > 1 (None: :data:`DEFAULT_ORDERS`)."""
-    if orders is None:
+    if orders is None or orders is DEFAULT_ORDERS:
         return DEFAULT_ORDERS
     try:
         out = tuple(float(a) for a in orders)
@@ -94,14 +95,35 @@ def check_vdi(value: Any) -> float:
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class Accountant:
+    """A ``dp_accounting`` accountant and its settings: ``kind`` one of :data:`ACCOUNTANTS`,
+    the RDP ``orders`` (None: :data:`DEFAULT_ORDERS`) and the PLD ``value_discretization_interval``."""
+
+    kind: str = "rdp"
+    orders: tuple[float, ...] = DEFAULT_ORDERS
+    value_discretization_interval: float = 1e-4
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", check_accountant(self.kind))
+        object.__setattr__(self, "orders", check_orders(self.orders))
+        object.__setattr__(self, "value_discretization_interval", check_vdi(self.value_discretization_interval))
+
+    def fresh(self, relation: NeighboringRelation):
+        """A fresh ``dp_accounting`` RDP or PLD accountant under ``relation``."""
+        if self.kind == "rdp":
+            return rdp_privacy_accountant.RdpAccountant(orders=list(self.orders), neighboring_relation=relation)
+        return pld_privacy_accountant.PLDAccountant(
+            neighboring_relation=relation, value_discretization_interval=self.value_discretization_interval
+        )
+
+
+def as_accountant(accountant: Accountant | str) -> Accountant:
+    """``accountant`` itself, or the kind it names with the default settings."""
+    return accountant if isinstance(accountant, Accountant) else Accountant(accountant)
+
+
 # --------------------------------------------------------------------------- accountants
-
-
-def new_accountant(kind: str, relation: NeighboringRelation, orders: tuple, vdi: float):
-    """A fresh ``dp_accounting`` RDP or PLD accountant under ``relation``."""
-    if kind == "rdp":
-        return rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=relation)
-    return pld_privacy_accountant.PLDAccountant(neighboring_relation=relation, value_discretization_interval=vdi)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -109,8 +131,7 @@ def _supports_probe(kind: str, relation: NeighboringRelation, key: str) -> bool:
     event = event_from_dict(json.loads(key))
     if isinstance(event, SkellamDpEvent):  # fedveil's own event: an RDP bound, under zero-out
         return kind == "rdp" and relation in SKELLAM_RELATIONS
-    probe = new_accountant(kind, relation, (2.0,), 1e-2)
-    return probe.supports(event)
+    return Accountant(kind, (2.0,), 1e-2).fresh(relation).supports(event)
 
 
 def admissible_relations(kind: str, release: Release, key: str) -> frozenset:
@@ -201,17 +222,17 @@ def rdp_to_epsilon(vec: np.ndarray, orders: tuple, delta: float) -> float:
     return float(eps)
 
 
-def releases_epsilon(releases: Sequence[Release], delta: float, kind: str, orders: tuple, vdi: float) -> float:
+def releases_epsilon(releases: Sequence[Release], delta: float, accountant: Accountant) -> float:
     """Epsilon at ``delta`` of ``releases`` composed afresh (arguments already checked)."""
     keys = [event_key(r.event) for r in releases]
-    relation = combined_relation(kind, releases, keys)
-    if kind == "rdp":
-        total = np.zeros(len(orders))
+    relation = combined_relation(accountant.kind, releases, keys)
+    if accountant.kind == "rdp":
+        total = np.zeros(len(accountant.orders))
         for rel, key in zip(releases, keys):
             if rel.count:
-                total = total + rel.count * rdp_curve(key, relation, orders)
-        return rdp_to_epsilon(total, orders, delta)
-    acc = new_accountant(kind, relation, orders, vdi)
+                total = total + rel.count * rdp_curve(key, relation, accountant.orders)
+        return rdp_to_epsilon(total, accountant.orders, delta)
+    acc = accountant.fresh(relation)
     for rel in releases:
         if rel.count:
             acc.compose(rel.event, rel.count)
@@ -222,9 +243,8 @@ def releases_epsilon(releases: Sequence[Release], delta: float, kind: str, order
 
 
 @functools.lru_cache(maxsize=4096)
-def _epsilon_cached(z, q, steps, delta, sampling, accountant, population_size, drop_last, orders, vdi) -> float:
-    release = gaussian_steps_release(z, q, steps, sampling, population_size=population_size, drop_last=drop_last)
-    return releases_epsilon([release], delta, accountant, orders, vdi)
+def _epsilon_cached(z: float, q: float, steps: int, delta: float, sampling: Sampling, accountant: Accountant) -> float:
+    return releases_epsilon([gaussian_steps_release(z, q, steps, sampling)], delta, accountant)
 
 
 def epsilon(
@@ -232,13 +252,8 @@ def epsilon(
     sample_rate: float,
     steps: int,
     delta: float,
-    sampling: str = "poisson",
-    accountant: str = "rdp",
-    *,
-    population_size: int | None = None,
-    drop_last: bool = True,
-    orders: Sequence[float] | None = None,
-    value_discretization_interval: float = 1e-4,
+    sampling: Sampling | str = "poisson",
+    accountant: Accountant | str = "rdp",
 ) -> float:
     """Epsilon of ``steps`` compositions of the subsampled Gaussian mechanism.
 
@@ -248,32 +263,23 @@ def epsilon(
         ``q * population_size`` and must be a whole number.
       steps: number of noisy steps (>= 0).
       delta: target delta in (0, 1).
-      sampling: ``"poisson"`` | ``"fixed"`` | ``"shuffle"`` | ``"full"``; the
-        neighbouring relation of the result is
-        :func:`~fedveil.privacy.relations.sampling_relation`.
-      accountant: ``"rdp"`` or ``"pld"`` (PLD refuses ``"fixed"``).
-      population_size: number of examples ``n`` (``"fixed"`` and ``"shuffle"``).
-      drop_last: shuffle only: whether the loader drops the last partial batch.
-      orders: RDP orders (default :data:`DEFAULT_ORDERS`).
-      value_discretization_interval: PLD discretisation.
+      sampling: a :class:`~fedveil.privacy.relations.Sampling`, or a scheme without a
+        population (``"poisson"`` | ``"full"``); the neighbouring relation of the result
+        is :func:`~fedveil.privacy.relations.sampling_relation`.
+      accountant: an :class:`Accountant`, or ``"rdp"`` / ``"pld"`` with its default
+        settings (PLD refuses ``"fixed"``).
     """
     return _epsilon_cached(
         checks.positive("noise_multiplier", noise_multiplier),
         check_sample_rate(sample_rate),
         checks.integer("steps", steps),
         checks.fraction("delta", delta),
-        check_sampling(sampling),
-        check_accountant(accountant),
-        None if population_size is None else checks.integer("population_size", population_size, minimum=1),
-        bool(drop_last),
-        check_orders(orders),
-        check_vdi(value_discretization_interval),
+        as_sampling(sampling),
+        as_accountant(accountant),
     )
 
 
-def schedule_releases(
-    noise_multipliers: np.ndarray, q: float, steps: int, sampling: str, population_size, drop_last: bool
-) -> list[Release]:
+def schedule_releases(noise_multipliers: np.ndarray, q: float, steps: int, sampling: Sampling) -> list[Release]:
     """One Release per distinct noise multiplier, its count the entries sharing it.
 
     Entry ``t`` is ``steps`` steps at ``noise_multipliers[t]``; for ``"shuffle"`` every
@@ -282,7 +288,7 @@ def schedule_releases(
     values, counts = np.unique(noise_multipliers, return_counts=True)
     releases = []
     for z, count in zip(values, counts):
-        one = gaussian_steps_release(float(z), q, steps, sampling, population_size=population_size, drop_last=drop_last)
+        one = gaussian_steps_release(float(z), q, steps, sampling)
         releases.append(dataclasses.replace(one, count=one.count * int(count)))
     return releases
 
@@ -292,24 +298,14 @@ def schedule_epsilon(
     sample_rate: float,
     delta: float,
     steps_per_entry: int = 1,
-    sampling: str = "poisson",
-    accountant: str = "rdp",
-    *,
-    population_size: int | None = None,
-    drop_last: bool = True,
-    orders: Sequence[float] | None = None,
-    value_discretization_interval: float = 1e-4,
+    sampling: Sampling | str = "poisson",
+    accountant: Accountant | str = "rdp",
 ) -> float:
     """Epsilon of a noise schedule: entry ``t`` is ``steps_per_entry`` subsampled-Gaussian
-    steps with noise multiplier ``noise_multipliers[t]`` (e.g. one entry per round)."""
+    steps with noise multiplier ``noise_multipliers[t]`` (e.g. one entry per round);
+    ``sampling`` and ``accountant`` as for :func:`epsilon`."""
     zs = checks.positive_vector("noise_multipliers", noise_multipliers)
     q = check_sample_rate(sample_rate)
     steps = checks.integer("steps_per_entry", steps_per_entry, minimum=1)
-    sampling = check_sampling(sampling)
-    if population_size is not None:
-        population_size = checks.integer("population_size", population_size, minimum=1)
-    releases = schedule_releases(zs, q, steps, sampling, population_size, bool(drop_last))
-    return releases_epsilon(
-        releases, checks.fraction("delta", delta), check_accountant(accountant), check_orders(orders),
-        check_vdi(value_discretization_interval),
-    )
+    releases = schedule_releases(zs, q, steps, as_sampling(sampling))
+    return releases_epsilon(releases, checks.fraction("delta", delta), as_accountant(accountant))

@@ -146,7 +146,7 @@ def calibrated_psgd_schedule(shape: Sequence[float], hp: DPGDParams, rows: int) 
     epsilon = budget_epsilon(hp)
     if epsilon is None:
         raise ValueError("calibrating a PSGD schedule needs a budget")
-    sigmas = calibrate_noise_schedule(shape, epsilon, hp.delta, q, sampling="poisson", accountant=PSGD_ACCOUNTANT)
+    sigmas = calibrate_noise_schedule(shape, epsilon, hp.delta, q, accountant=PSGD_ACCOUNTANT)
     return PredefinedSchedule(tuple(sigmas))
 
 

@@ -65,7 +65,7 @@ import attr
 from dp_accounting import dp_event
 
 from . import checks
-from .relations import ALL_RELATIONS, SAMPLING_RELATIONS, check_sampling, parse_relation
+from .relations import ALL_RELATIONS, SAMPLING_RELATIONS, Sampling, as_sampling, parse_relation
 from .skellam import FEDVEIL_EVENTS
 
 __all__ = [
@@ -183,21 +183,15 @@ def as_releases(extra: Any) -> list[Release]:
     return out
 
 
-def _batch_size(sample_rate: float, population_size: Any, sampling: str) -> tuple[int, int]:
-    if population_size is None:
-        raise ValueError(
-            f"sampling={sampling!r} needs population_size (the number of examples n the batches are drawn "
-            "from); the batch size is sample_rate * population_size."
-        )
-    n = checks.integer("population_size", population_size, minimum=1)
-    exact = sample_rate * n
+def _batch_size(sample_rate: float, population_size: int) -> int:
+    exact = sample_rate * population_size
     b = int(round(exact))
     if b < 1 or abs(exact - b) > 1e-6 * max(1.0, exact):
         raise ValueError(
-            f"sample_rate * population_size = {sample_rate} * {n} = {exact:.6g} is not a whole batch size; "
-            f"pass sample_rate = batch_size / population_size exactly."
+            f"sample_rate * population_size = {sample_rate} * {population_size} = {exact:.6g} is not a whole batch "
+            "size; pass sample_rate = batch_size / population_size exactly."
         )
-    return n, b
+    return b
 
 
 def shuffle_epochs(steps: int, population_size: int, batch_size: int, drop_last: bool = True) -> int:
@@ -221,31 +215,27 @@ def check_sample_rate(sample_rate: Any) -> float:
 
 
 def gaussian_steps_release(
-    noise_multiplier: float,
-    sample_rate: float,
-    steps: int,
-    sampling: str = "poisson",
-    *,
-    population_size: int | None = None,
-    drop_last: bool = True,
+    noise_multiplier: float, sample_rate: float, steps: int, sampling: Sampling | str = "poisson"
 ) -> Release:
-    """The Release for ``steps`` steps of a (sub)sampled Gaussian mechanism (see module doc)."""
+    """The Release for ``steps`` steps of a (sub)sampled Gaussian mechanism (see module doc);
+    a plain ``sampling`` string is that scheme without a population."""
     z = checks.positive("noise_multiplier", noise_multiplier)
     q = check_sample_rate(sample_rate)
     steps = checks.integer("steps", steps)
-    sampling = check_sampling(sampling)
-    relations = SAMPLING_RELATIONS[sampling]
-    if sampling == "full" and q != 1.0:
+    sampling = as_sampling(sampling)
+    relations = SAMPLING_RELATIONS[sampling.scheme]
+    if sampling.scheme == "full" and q != 1.0:
         raise ValueError(f"sampling='full' uses every example in every step; sample_rate must be 1.0, got {q}.")
-    if sampling in ("poisson", "full"):
+    if sampling.scheme in ("poisson", "full"):
         event = dp_event.GaussianDpEvent(z) if q == 1.0 else dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z))
-        return Release(event, steps, relations, label=f"gaussian/{sampling}")
-    n, b = _batch_size(q, population_size, sampling)
-    if sampling == "fixed":
+        return Release(event, steps, relations, label=f"gaussian/{sampling.scheme}")
+    n = sampling.population_size
+    b = _batch_size(q, n)
+    if sampling.scheme == "fixed":
         # Replace-one L2 sensitivity of a sum of vectors clipped to C is 2C: noise multiplier z/2.
         event = dp_event.SampledWithoutReplacementDpEvent(n, b, dp_event.GaussianDpEvent(z / 2.0))
         return Release(event, steps, relations, label="gaussian/fixed")
-    epochs = shuffle_epochs(steps, n, b, drop_last)
+    epochs = shuffle_epochs(steps, n, b, sampling.drop_last)
     return Release(dp_event.GaussianDpEvent(z), epochs, relations, label="gaussian/shuffle")
 
 

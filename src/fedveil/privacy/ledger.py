@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Union
 
 import numpy as np
@@ -19,12 +19,10 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from . import checks
 from .composition import (
+    Accountant,
     admissible_relations,
-    check_accountant,
-    check_orders,
-    check_vdi,
+    as_accountant,
     combined_relation,
-    new_accountant,
     rdp_curve,
     rdp_to_epsilon,
     releases_epsilon,
@@ -39,7 +37,7 @@ from .events import (
     gaussian_steps_release,
     report_noisy_max_release,
 )
-from .relations import ALL_RELATIONS, RELATION_PREFERENCE, parse_relation, relation_names, resolve_relation
+from .relations import ALL_RELATIONS, RELATION_PREFERENCE, Sampling, parse_relation, relation_names, resolve_relation
 
 __all__ = ["Subject", "PrivacyLedger"]
 
@@ -83,22 +81,16 @@ class PrivacyLedger:
     PLD ledgers compose each record into a per-subject ``PLDAccountant``.  The
     state (:meth:`state_dict`) is plain JSON-compatible data; loading it
     rebuilds the same events in the same order and gives identical epsilons.
+    ``accountant`` is an :class:`~fedveil.privacy.composition.Accountant` or its kind
+    (``"rdp"`` / ``"pld"``, default settings).
     """
 
     POPULATION = "population"
     STATE_FORMAT = "fedveil.PrivacyLedger"
     STATE_VERSION = 1
 
-    def __init__(
-        self,
-        accountant: str = "rdp",
-        *,
-        orders: Sequence[float] | None = None,
-        value_discretization_interval: float = 1e-4,
-    ) -> None:
-        self.accountant = check_accountant(accountant)
-        self.orders = check_orders(orders)
-        self.value_discretization_interval = check_vdi(value_discretization_interval)
+    def __init__(self, accountant: Accountant | str = "rdp") -> None:
+        self.accountant = as_accountant(accountant)
         self._subjects: dict[Subject, _SubjectState] = {}
         self._log: list[tuple[Subject, int]] = []  # (subject, index in its releases): global record order
 
@@ -144,17 +136,12 @@ class PrivacyLedger:
         noise_multiplier: float,
         sample_rate: float,
         steps: int,
-        sampling: str = "poisson",
+        sampling: Sampling | str = "poisson",
         *,
-        population_size: int | None = None,
-        drop_last: bool = True,
         label: str | None = None,
     ) -> None:
         """Record ``steps`` DP-SGD / DP-FedAvg steps (:func:`gaussian_steps_release`)."""
-        release = gaussian_steps_release(
-            noise_multiplier, sample_rate, steps, sampling, population_size=population_size, drop_last=drop_last
-        )
-        self.record(subject, release, label=label)
+        self.record(subject, gaussian_steps_release(noise_multiplier, sample_rate, steps, sampling), label=label)
 
     def record_report_noisy_max(self, subject: Subject, epsilon_sel: float, count: int = 1, *, label: str | None = None) -> None:
         """Record ``count`` report-noisy-max selections, each ``epsilon_sel^2/8``-zCDP (RDP only)."""
@@ -166,9 +153,9 @@ class PrivacyLedger:
         if new_state:
             state = _SubjectState()
         key = event_key(release.event)
-        adm = admissible_relations(self.accountant, release, key)
+        adm = admissible_relations(self.accountant.kind, release, key)
         if not adm:
-            raise ValueError(unsupported_message(self.accountant, release, release.relations))
+            raise ValueError(unsupported_message(self.accountant.kind, release, release.relations))
         relations = state.relations & adm
         if not relations:
             raise ValueError(
@@ -192,14 +179,15 @@ class PrivacyLedger:
         self._log.append((subject, len(state.releases) - 1))
 
     def _compose_into(self, state: _SubjectState, release: Release, key: str) -> None:
-        if self.accountant == "rdp":
+        orders = self.accountant.orders
+        if self.accountant.kind == "rdp":
             if state.rdp is None:
-                state.rdp = np.zeros(len(self.orders))
+                state.rdp = np.zeros(len(orders))
             if release.count:
-                state.rdp = state.rdp + release.count * rdp_curve(key, state.relation, self.orders)
+                state.rdp = state.rdp + release.count * rdp_curve(key, state.relation, orders)
         else:
             if state.pld is None:
-                state.pld = new_accountant("pld", state.relation, self.orders, self.value_discretization_interval)
+                state.pld = self.accountant.fresh(state.relation)
             if release.count:
                 state.pld.compose(release.event, release.count)
 
@@ -236,8 +224,8 @@ class PrivacyLedger:
             return 0.0
         cached = state.eps_cache.get(delta)
         if cached is None:
-            if self.accountant == "rdp":
-                cached = rdp_to_epsilon(state.rdp, self.orders, delta)
+            if self.accountant.kind == "rdp":
+                cached = rdp_to_epsilon(state.rdp, self.accountant.orders, delta)
             else:
                 cached = float(state.pld.get_epsilon(delta))
             state.eps_cache[delta] = cached
@@ -254,7 +242,7 @@ class PrivacyLedger:
         if not releases:
             return 0.0
         delta = checks.fraction("delta", delta)
-        return releases_epsilon(releases, delta, self.accountant, self.orders, self.value_discretization_interval)
+        return releases_epsilon(releases, delta, self.accountant)
 
     def records_since(self, start: int) -> list[tuple[Subject, Release]]:
         """``(subject, release)`` of every record from the ``start``-th (0-based) on, in record order."""
@@ -270,17 +258,17 @@ class PrivacyLedger:
         if not releases:
             return 0.0
         if state is None:
-            return releases_epsilon(releases, delta, self.accountant, self.orders, self.value_discretization_interval)
+            return releases_epsilon(releases, delta, self.accountant)
         keys = [event_key(r.event) for r in extras]
-        relation = combined_relation(self.accountant, [*state.releases, *extras], [*state.keys, *keys])
+        relation = combined_relation(self.accountant.kind, [*state.releases, *extras], [*state.keys, *keys])
         if relation != state.relation:
-            return releases_epsilon(releases, delta, self.accountant, self.orders, self.value_discretization_interval)
-        if self.accountant == "rdp":
+            return releases_epsilon(releases, delta, self.accountant)
+        if self.accountant.kind == "rdp":
             vec = state.rdp
             for rel, key in zip(extras, keys):
                 if rel.count:
-                    vec = vec + rel.count * rdp_curve(key, relation, self.orders)
-            return rdp_to_epsilon(vec, self.orders, delta)
+                    vec = vec + rel.count * rdp_curve(key, relation, self.accountant.orders)
+            return rdp_to_epsilon(vec, self.accountant.orders, delta)
         acc = copy.deepcopy(state.pld)
         for rel in extras:
             if rel.count:
@@ -299,7 +287,7 @@ class PrivacyLedger:
         return len(self._log)
 
     def __repr__(self) -> str:
-        return f"PrivacyLedger(accountant={self.accountant!r}, subjects={len(self._subjects)}, records={len(self)})"
+        return f"PrivacyLedger(accountant={self.accountant.kind!r}, subjects={len(self._subjects)}, records={len(self)})"
 
     # ------------------------------------------------------------------ state
 
@@ -320,9 +308,9 @@ class PrivacyLedger:
         return {
             "format": self.STATE_FORMAT,
             "version": self.STATE_VERSION,
-            "accountant": self.accountant,
-            "orders": list(self.orders),
-            "value_discretization_interval": self.value_discretization_interval,
+            "accountant": self.accountant.kind,
+            "orders": list(self.accountant.orders),
+            "value_discretization_interval": self.accountant.value_discretization_interval,
             "records": records,
         }
 
@@ -330,26 +318,22 @@ class PrivacyLedger:
     def from_state_dict(cls, state: Mapping) -> PrivacyLedger:
         """Build a ledger with the configuration and records stored in ``state``."""
         cls._check_state_header(state)
-        ledger = cls(
-            state["accountant"],
-            orders=state["orders"],
-            value_discretization_interval=state["value_discretization_interval"],
-        )
+        ledger = cls(Accountant(state["accountant"], state["orders"], state["value_discretization_interval"]))
         ledger._load_records(state["records"])
         return ledger
 
     def load_state_dict(self, state: Mapping) -> None:
         """Replace this ledger's records with those in ``state`` (same accountant config required)."""
         self._check_state_header(state)
-        mismatches = []
-        if state["accountant"] != self.accountant:
-            mismatches.append(f"accountant {state['accountant']!r} != {self.accountant!r}")
-        if tuple(float(a) for a in state["orders"]) != self.orders:
+        mismatches, acc = [], self.accountant
+        if state["accountant"] != acc.kind:
+            mismatches.append(f"accountant {state['accountant']!r} != {acc.kind!r}")
+        if tuple(float(a) for a in state["orders"]) != acc.orders:
             mismatches.append("RDP orders differ")
-        if float(state["value_discretization_interval"]) != self.value_discretization_interval:
+        if float(state["value_discretization_interval"]) != acc.value_discretization_interval:
             mismatches.append(
                 f"value_discretization_interval {state['value_discretization_interval']} != "
-                f"{self.value_discretization_interval}"
+                f"{acc.value_discretization_interval}"
             )
         if mismatches:
             raise ValueError(
@@ -357,7 +341,7 @@ class PrivacyLedger:
                 + "; ".join(mismatches)
                 + "); use PrivacyLedger.from_state_dict(state) to restore it as saved."
             )
-        fresh = PrivacyLedger(self.accountant, orders=self.orders, value_discretization_interval=self.value_discretization_interval)
+        fresh = PrivacyLedger(self.accountant)
         fresh._load_records(state["records"])
         self._subjects, self._log = fresh._subjects, fresh._log
 

@@ -6,11 +6,13 @@ example, replace one, or replace one by a null example: ``dp_accounting``'s
 zero-out), fixed-size batches without replacement under replace-one only, shuffled
 epochs under zero-out only (:mod:`fedveil.privacy.events` explains why). Releases of one
 subject must share a relation; when several remain, the first of
-:data:`RELATION_PREFERENCE` is reported.
+:data:`RELATION_PREFERENCE` is reported. A :class:`Sampling` is one scheme with the
+population it draws from.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from dp_accounting.privacy_accountant import NeighboringRelation
@@ -23,6 +25,8 @@ __all__ = [
     "ALL_RELATIONS",
     "RELATION_PREFERENCE",
     "SAMPLING_RELATIONS",
+    "Sampling",
+    "as_sampling",
     "check_sampling",
     "sampling_relation",
     "parse_relation",
@@ -31,6 +35,8 @@ __all__ = [
 ]
 
 SAMPLINGS = ("poisson", "fixed", "shuffle", "full")
+#: Schemes whose batch size is ``sample_rate * population_size``.
+NEEDS_POPULATION = ("fixed", "shuffle")
 
 ALL_RELATIONS = frozenset(NeighboringRelation)
 #: When several relations are admissible for a subject, report the first of these.
@@ -59,6 +65,38 @@ _ALIASES = {
 def check_sampling(sampling: Any) -> str:
     """``sampling`` if it is one of :data:`SAMPLINGS`."""
     return checks.one_of("sampling", sampling, SAMPLINGS)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each step's batch is drawn (:mod:`fedveil.privacy.events` accounts each scheme).
+
+    ``scheme``: one of :data:`SAMPLINGS`; ``population_size``: the number of examples ``n``
+    the batches are drawn from (``"fixed"`` and ``"shuffle"`` need it); ``drop_last``:
+    whether a shuffling loader drops the last partial batch.
+    """
+
+    scheme: str = "poisson"
+    population_size: int | None = None
+    drop_last: bool = True
+
+    def __post_init__(self) -> None:
+        check_sampling(self.scheme)
+        if self.population_size is not None:
+            object.__setattr__(self, "population_size", checks.integer("population_size", self.population_size, minimum=1))
+        elif self.scheme in NEEDS_POPULATION:
+            raise ValueError(
+                f"sampling={self.scheme!r} needs population_size (the number of examples n the batches are drawn "
+                "from); the batch size is sample_rate * population_size."
+            )
+        if self.drop_last not in (True, False):
+            raise ValueError(f"drop_last must be True or False; got {checks.shown(self.drop_last)}.")
+        object.__setattr__(self, "drop_last", bool(self.drop_last))
+
+
+def as_sampling(sampling: Sampling | str) -> Sampling:
+    """``sampling`` itself, or the scheme it names without a population."""
+    return sampling if isinstance(sampling, Sampling) else Sampling(sampling)
 
 
 def sampling_relation(sampling: str) -> NeighboringRelation:

@@ -18,6 +18,7 @@ from ..config import PrivacyConfig
 from ..errors import ConfigError
 from ..params import Params
 from ..privacy.calibration import calibrate_skellam, skellam_releases
+from ..privacy.composition import Accountant
 from ..privacy.events import Release
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.randomness import NoiseSource
@@ -65,7 +66,7 @@ class DistributedPlan:
                 zs = calibrate_skellam(shape, cfg.epsilon, cfg.delta, d2, d1, orders=orders)
             except ValueError as err:
                 raise ConfigError(f"privacy: the population: {err}") from None
-        planned = PrivacyLedger("rdp", orders=orders).epsilon_of(skellam_releases(zs, d2, d1), cfg.delta)
+        planned = PrivacyLedger(Accountant("rdp", orders)).epsilon_of(skellam_releases(zs, d2, d1), cfg.delta)
         if cfg.epsilon is not None and planned > cfg.epsilon * (1 + 1e-9):
             raise ConfigError(
                 f"privacy: the distributed plan ({len(zs)} rounds at noise_multiplier={zs[0]:.4g}) spends "

@@ -259,7 +259,7 @@ def _ledger_of(state: Mapping[str, Any], where: Path) -> PrivacyLedger:
 def _write_ledger(out: Path, ledger: PrivacyLedger, subject: str, delta: float) -> float:
     epsilon = ledger.epsilon(subject, delta)  # 0 when nothing was recorded
     _write_json(out / LEDGER_FILE, {
-        "subject": subject, "accountant": ledger.accountant, "delta": delta, "epsilon": epsilon,
+        "subject": subject, "accountant": ledger.accountant.kind, "delta": delta, "epsilon": epsilon,
         "releases": [r.label for r in ledger.releases(subject)],
         "ledger": ledger.state_dict(),
     })

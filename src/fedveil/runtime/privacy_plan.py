@@ -25,11 +25,12 @@ from ..config import PrivacyConfig
 from ..errors import ConfigError
 from ..privacy.calibration import calibrate_noise, calibrate_noise_schedule
 from ..privacy.client_dp import update_noise_multiplier
-from ..privacy.composition import epsilon, schedule_epsilon
+from ..privacy.composition import Accountant, epsilon, schedule_epsilon
 from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
 from ..privacy.events import Release, gaussian_steps_release
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.randomness import NoiseSource
+from ..privacy.relations import Sampling
 from ..privacy.schedules import quantise_shape
 from ..training.local import LocalTrainer
 from .distributed_plan import DistributedPlan
@@ -120,7 +121,7 @@ class PrivacyPlan:
             _client_level_algorithm(algorithm)
             distributed = DistributedPlan.calibrate(
                 cfg, model, schedule, clients_per_round, secure, plan.shape[: len(schedule)],
-                PrivacyLedger(cfg.accountant).orders,
+                Accountant(cfg.accountant).orders,
             )
             plan = cls(cfg, num_clients, plan.shape, distributed=distributed)
         elif cfg.level == "client":
@@ -194,7 +195,7 @@ class PrivacyPlan:
         rate = cohort / self.num_clients
         sampling = "poisson" if sampling == "poisson" else "fixed"
         z, planned = self._noise_for(
-            cfg.epsilon, rate, 1, list(range(rounds)), self.num_clients, "the population", sampling=sampling
+            cfg.epsilon, rate, 1, list(range(rounds)), self.num_clients, "the population", scheme=sampling
         )
         count_noise = cfg.clip_count_noise if cfg.clip_count_noise is not None else cohort / 20
         if cfg.adaptive_clip:
@@ -206,12 +207,12 @@ class PrivacyPlan:
 
     def _noise_for(
         self, budget: float | None, rate: float, steps_per_round: int, rounds: list[int], population: int, who: str,
-        extras: list | None = None, sampling: str | None = None,
+        extras: list | None = None, scheme: str | None = None,
     ) -> tuple[float, float]:
         """Noise multiplier (at shape 1) and planned epsilon for ``steps_per_round`` releases
         at sampling ``rate`` in each of ``rounds`` (plus the algorithm's ``extras``)."""
         cfg = self.config
-        args = {**self.sampling_args(population, sampling), "accountant": cfg.accountant}
+        sampling = self.sampling(population, scheme)
         steps = steps_per_round * len(rounds)
         if steps == 0:  # a client never sampled: only its extra releases, if any
             planned = PrivacyLedger(cfg.accountant).epsilon_of(extras or [], cfg.delta)
@@ -220,15 +221,19 @@ class PrivacyPlan:
             return cfg.noise_multiplier or 1.0, planned
         try:
             if extras:
-                return self._noise_with_extras(budget, rate, steps, population, who, extras, args)
+                return self._noise_with_extras(budget, rate, steps, who, extras, sampling)
             if cfg.noise_schedule.name != "constant":
                 shape = self.shape[rounds]
-                zs = calibrate_noise_schedule(shape, budget, cfg.delta, rate, steps_per_round, rtol=SCHEDULE_RTOL, **args)
+                zs = calibrate_noise_schedule(
+                    shape, budget, cfg.delta, rate, steps_per_round, sampling, cfg.accountant, rtol=SCHEDULE_RTOL
+                )
                 z = float(zs[0] / shape[0])
-                planned = schedule_epsilon(zs, rate, cfg.delta, steps_per_round, **args)
+                planned = schedule_epsilon(zs, rate, cfg.delta, steps_per_round, sampling, cfg.accountant)
             else:
-                z = cfg.noise_multiplier if cfg.noise_multiplier is not None else calibrate_noise(budget, cfg.delta, rate, steps, **args)
-                planned = epsilon(z, rate, steps, cfg.delta, **args)
+                z = cfg.noise_multiplier
+                if z is None:
+                    z = calibrate_noise(budget, cfg.delta, rate, steps, sampling, cfg.accountant)
+                planned = epsilon(z, rate, steps, cfg.delta, sampling, cfg.accountant)
         except ValueError as err:
             raise ConfigError(f"privacy: {who}: {err}") from None
         if budget is not None and planned > budget * (1 + 1e-9):
@@ -239,8 +244,9 @@ class PrivacyPlan:
             )
         return z, planned
 
-    def _noise_with_extras(self, budget, rate, steps, population, who, extras, args) -> tuple[float, float]:
-        """Constant noise calibrated so that the DP-SGD steps and ``extras`` together spend ``budget``."""
+    def _noise_with_extras(self, budget, rate, steps, who, extras, sampling) -> tuple[float, float]:
+        """Constant noise calibrated so that the DP-SGD steps (drawn by ``sampling``) and ``extras``
+        together spend ``budget``."""
         cfg = self.config
         if cfg.noise_schedule.name != "constant":
             raise ConfigError(f"privacy.noise_schedule: {who} makes releases besides DP-SGD steps; use a constant schedule")
@@ -249,9 +255,9 @@ class PrivacyPlan:
         elif budget is None:
             raise ConfigError(f"privacy: {who} needs privacy.epsilon to size its extra releases")
         else:
-            z = calibrate_noise(budget, cfg.delta, rate, steps, extra_events=extras, **args)
+            z = calibrate_noise(budget, cfg.delta, rate, steps, sampling, cfg.accountant, extra_events=extras)
         probe = PrivacyLedger(cfg.accountant)
-        probe.record_gaussian_steps(who, z, rate, steps, **self.sampling_args(population))
+        probe.record_gaussian_steps(who, z, rate, steps, sampling)
         for release in extras:
             probe.record(who, release)
         planned = probe.epsilons(cfg.delta)[who]
@@ -263,17 +269,14 @@ class PrivacyPlan:
         return z, planned
 
     # ---------------------------------------------------------------- queries
-    def sampling_args(self, population: int, sampling: str | None = None) -> dict[str, Any]:
-        """A sampling scheme (default: the configured one) as the accountant and the ledger take it."""
-        if sampling is None:
+    def sampling(self, population: int, scheme: str | None = None) -> Sampling:
+        """Sampling ``scheme`` (default: the configured one) from ``population`` examples or clients."""
+        if scheme is None:
             if self.config.level == "example":
-                sampling = self.config.batch_sampling
+                scheme = self.config.batch_sampling
             else:
-                sampling = self.population.sampling if self.population is not None else "poisson"
-        args: dict[str, Any] = {"sampling": sampling}
-        if sampling in ("fixed", "shuffle"):
-            args["population_size"] = population
-        return args
+                scheme = self.population.sampling if self.population is not None else "poisson"
+        return Sampling(scheme, population)
 
     @property
     def scheduled(self) -> bool:
@@ -315,13 +318,13 @@ class PrivacyPlan:
             return {}
         if self.population is not None:
             z = self.population.noise_multiplier * float(self.shape[round_idx])
-            args = self.sampling_args(self.num_clients)
-            return {POPULATION: [gaussian_steps_release(z, self.population.sample_rate, 1, **args)]}
+            sampling = self.sampling(self.num_clients)
+            return {POPULATION: [gaussian_steps_release(z, self.population.sample_rate, 1, sampling)]}
         out = {}
         for cid in cohort:
             plan = self.clients[cid]
             z = plan.noise_multiplier * float(self.shape[round_idx])
-            one = gaussian_steps_release(z, plan.sample_rate, plan.steps_per_training, **self.sampling_args(plan.num_train))
+            one = gaussian_steps_release(z, plan.sample_rate, plan.steps_per_training, self.sampling(plan.num_train))
             out[cid] = [one] * plan.trainings_per_round + self.extras.get(cid, {}).get(round_idx, [])
         return out
 

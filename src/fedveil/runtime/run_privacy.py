@@ -103,7 +103,7 @@ class RunPrivacy:
         for steps in trainings:
             if steps:
                 self.ledger.record_gaussian_steps(
-                    cid, dp.noise_multiplier, dp.batch_size / n, steps, **self.plan.sampling_args(n, dp.sampling)
+                    cid, dp.noise_multiplier, dp.batch_size / n, steps, self.plan.sampling(n, dp.sampling)
                 )
 
     def private_mean_update(
@@ -116,7 +116,7 @@ class RunPrivacy:
         mean, released = self.server.noisy_mean(updates, template, generator)
         self.ledger.record_gaussian_steps(
             POPULATION, released["noise_multiplier"], self.plan.population.sample_rate, 1,
-            **self.plan.sampling_args(self.plan.num_clients),
+            self.plan.sampling(self.plan.num_clients),
         )
         facts = {"clip": released["clip"]}
         if self.plan.scheduled:

@@ -25,7 +25,7 @@ from scipy import optimize
 
 from ..privacy import checks
 from ..privacy.calibration import calibrate_noise
-from ..privacy.composition import DEFAULT_ORDERS
+from ..privacy.composition import DEFAULT_ORDERS, Accountant
 
 __all__ = [
     "local_variance",
@@ -203,7 +203,7 @@ def gaussian_sigma_dp(epsilon: float, delta: float, clip: float, orders: Sequenc
     (epsilon, delta) = (0.25, 1e-5) gives ``z = 14.567``.
     """
     clip = checks.positive("clip", clip)
-    return clip * calibrate_noise(epsilon, delta, sample_rate=1.0, steps=1, sampling="full", orders=orders)
+    return clip * calibrate_noise(epsilon, delta, 1.0, 1, "full", Accountant("rdp", orders))
 
 
 # --------------------------------------------------------------------------- Monte-Carlo ([C1] plot_hparam_cost.py)
