@@ -49,6 +49,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 
 from .paper_numbers import paper_numbers
@@ -557,12 +558,21 @@ def _diagnosis(results: list[dict], verdict: dict | None) -> str:
     return text
 
 
-def run_experiment(ctx: ReproductionContext, cfg: StudyConfig, log=print) -> ReproductionReport:
-    data_dir = ctx.data_dir("mnist-10k", "mnist")
-    results = run_study(data_dir, cfg, log=log)
+def run(ctx: ReproductionContext, cfg: StudyConfig) -> list[dict]:
+    """Every task's tuning and seeds (:func:`run_study`) on the MNIST files under the data root."""
+    return run_study(ctx.data_dir("mnist-10k", "mnist"), cfg)
+
+
+def report(ctx: ReproductionContext, cfg: StudyConfig, results: list[dict]) -> ReproductionReport:
+    """The rows beside the dissertation's claims and the figure."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     fig = plot(results, ctx.out_dir / "dp_schedules.png")
     return build_report(results, cfg, ctx.quick, [fig.name] if fig else [])
+
+
+def settings(ctx: ReproductionContext) -> StudyConfig:
+    """The study: quick or full."""
+    return config_for(ctx.quick)
 
 
 def config_for(quick: bool) -> StudyConfig:
@@ -578,8 +588,6 @@ def config_for(quick: bool) -> StudyConfig:
     )
 
 
-@REPRODUCTIONS.register(
+REPRODUCTIONS.register(
     "dp_schedules", "Dynamic vs uniform noise schedule for full-batch private GD on MNIST/MNIST35 (Hong, Ch. 2)"
-)
-def dp_schedules(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, config_for(ctx.quick))
+)(StudyReproduction(settings, run, report))

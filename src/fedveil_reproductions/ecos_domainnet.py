@@ -115,6 +115,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
@@ -410,7 +411,7 @@ def extractor_diagnostic(data: ArrayDataset, test_mask: np.ndarray, study: Domai
     return out
 
 
-def run(study: DomainNetStudy) -> tuple[list[Record], list[Record], list[Record]]:
+def run(ctx: ReproductionContext, study: DomainNetStudy) -> tuple[list[Record], list[Record], list[Record]]:
     """The extractor diagnostic, then every client's runs, seed by seed: (diagnostic, records, teachers)."""
     data = load_data(study)
     test_mask = held_out(data.groups["domain"].numpy(), data.y.numpy(), study.test_per_class,
@@ -654,9 +655,10 @@ def plot(study: DomainNetStudy, records: list[Record], teachers: list[Record], p
     plt.close(fig)
 
 
-def report(ctx: ReproductionContext, study: DomainNetStudy, diagnostic: list[Record], records: list[Record],
-           teachers: list[Record]) -> ReproductionReport:
+def report(ctx: ReproductionContext, study: DomainNetStudy,
+           results: tuple[list[Record], list[Record], list[Record]]) -> ReproductionReport:
     """The tables beside Tables 5.2 bottom / 5.3, the verdicts, privacy, costs and the phi diagnostic; the figure."""
+    diagnostic, records, teachers = results
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["ecos_domainnet_accuracy.png"]
     plot(study, records, teachers, ctx.out_dir / figures[0])
@@ -672,9 +674,7 @@ def report(ctx: ReproductionContext, study: DomainNetStudy, diagnostic: list[Rec
     )
 
 
-@REPRODUCTIONS.register("ecos_domainnet", "ECOS vs K-Center vs Random on a synthetic DomainNet stand-in: selective "
-                                        "labelling and distillation (Tables 5.2 bottom, 5.3)")
-def ecos_domainnet(ctx: ReproductionContext) -> ReproductionReport:
-    """The study, its runs, then the report."""
-    settings = study(ctx)
-    return report(ctx, settings, *run(settings))
+REPRODUCTIONS.register("ecos_domainnet", "ECOS vs K-Center vs Random on a synthetic DomainNet stand-in: selective "
+                                       "labelling and distillation (Tables 5.2 bottom, 5.3)")(
+    StudyReproduction(study, run, report)
+)

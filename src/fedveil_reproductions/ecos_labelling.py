@@ -58,6 +58,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
@@ -474,9 +475,10 @@ def plot(study: LabellingStudy, records: list[Record], path: Path) -> None:
     plt.close(fig)
 
 
-def report(ctx: ReproductionContext, study: LabellingStudy, diagnostic: list[Record],
-           records: list[Record]) -> ReproductionReport:
+def report(ctx: ReproductionContext, study: LabellingStudy,
+           results: tuple[list[Record], list[Record]]) -> ReproductionReport:
     """The rows beside Table 5.1 or 5.4 with their verdicts, privacy, costs and the K diagnostic; the figure."""
+    diagnostic, records = results
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figure = "ecos_knn.png" if study.table == "5.1" else "ecos_labelling.png"
     plot(study, records, ctx.out_dir / figure)
@@ -494,15 +496,9 @@ def report(ctx: ReproductionContext, study: LabellingStudy, diagnostic: list[Rec
     )
 
 
-@REPRODUCTIONS.register("ecos_knn_digits", "private kNN labels of random cloud samples, ID vs ID+OoD (ECOS Table 5.1)")
-def ecos_knn_digits(ctx: ReproductionContext) -> ReproductionReport:
-    """Table 5.1's study, its runs, then the report."""
-    settings = knn_study(ctx)
-    return report(ctx, settings, *run(ctx, settings))
-
-
-@REPRODUCTIONS.register("ecos_labelling_digits", "ECOS / K-Center / Random + private kNN client labelling (Table 5.4)")
-def ecos_labelling_digits(ctx: ReproductionContext) -> ReproductionReport:
-    """Table 5.4's study, its runs, then the report."""
-    settings = labelling_study(ctx)
-    return report(ctx, settings, *run(ctx, settings))
+REPRODUCTIONS.register("ecos_knn_digits", "private kNN labels of random cloud samples, ID vs ID+OoD (ECOS Table 5.1)")(
+    StudyReproduction(knn_study, run, report)
+)
+REPRODUCTIONS.register("ecos_labelling_digits", "ECOS / K-Center / Random + private kNN client labelling (Table 5.4)")(
+    StudyReproduction(labelling_study, run, report)
+)

@@ -40,6 +40,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
@@ -237,8 +238,6 @@ def report(ctx: ReproductionContext, study: SweepStudy, records: list[Record]) -
     )
 
 
-@REPRODUCTIONS.register("ecos_sweeps", "ECOS in-distribution share vs compression size R and score scale s (Figs. D.1-D.2)")
-def ecos_sweeps(ctx: ReproductionContext) -> ReproductionReport:
-    """The study, its selections, then the report."""
-    settings = study(ctx)
-    return report(ctx, settings, run(ctx, settings))
+REPRODUCTIONS.register("ecos_sweeps", "ECOS in-distribution share vs compression size R and score scale s (Figs. D.1-D.2)")(
+    StudyReproduction(study, run, report)
+)

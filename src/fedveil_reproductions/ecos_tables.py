@@ -76,6 +76,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.reproduce import verdicts as st
 from fedveil.seeding import numpy_generator
@@ -492,9 +493,9 @@ def plot(study: ECOSStudy, records: list[Record], path: Path) -> None:
     plt.close(fig)
 
 
-def report(ctx: ReproductionContext, study: ECOSStudy, diagnostic: list[Record],
-           records: list[Record]) -> ReproductionReport:
+def report(ctx: ReproductionContext, study: ECOSStudy, results: tuple[list[Record], list[Record]]) -> ReproductionReport:
     """The tables beside Table 5.2, the verdicts, privacy, costs and the phi diagnostic; the figure."""
+    diagnostic, records = results
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     figures = ["ecos_digits_accuracy.png"]
     plot(study, records, ctx.out_dir / figures[0])
@@ -509,8 +510,6 @@ def report(ctx: ReproductionContext, study: ECOSStudy, diagnostic: list[Record],
     )
 
 
-@REPRODUCTIONS.register("ecos_digits", "ECOS vs K-Center vs Random selective labelling on synthetic Digits (Table 5.2)")
-def ecos_digits(ctx: ReproductionContext) -> ReproductionReport:
-    """The study, its runs, then the report."""
-    settings = study(ctx)
-    return report(ctx, settings, *run(ctx, settings))
+REPRODUCTIONS.register("ecos_digits", "ECOS vs K-Center vs Random selective labelling on synthetic Digits (Table 5.2)")(
+    StudyReproduction(study, run, report)
+)

@@ -35,6 +35,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 
 from .paper_numbers import paper_numbers
@@ -407,23 +408,36 @@ def report(results: Results, lrs: LearningRates, plan: CifarPlan, task: SiloTask
     )
 
 
-@REPRODUCTIONS.register(
-    "mrmtl_cifar", "MR-MTL and Ditto vs lambda on heterogeneous CIFAR-10-like silos, synthetic 32x32 stand-in (Liu 2022)"
-)
-def mrmtl_cifar(ctx: ReproductionContext) -> ReproductionReport:
-    plan = quick_plan() if ctx.quick else CifarPlan()
-    return run_and_report(ctx, plan)
+def settings(ctx: ReproductionContext) -> CifarPlan:
+    """The study: quick or full."""
+    return quick_plan() if ctx.quick else CifarPlan()
 
 
-def run_and_report(ctx: ReproductionContext, plan: CifarPlan) -> ReproductionReport:
-    task = cifar_task(plan)
-    results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, task, plan.lrs, plan.tune_seeds)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    plot_study(results, plan.study, task, ctx.out_dir / "cifar_silos.png", "CIFAR-10 stand-in")
+def run(ctx: ReproductionContext, plan: CifarPlan) -> tuple[Results, LearningRates, dict[str, ArmResults]]:
+    """The tuned grid, then each diagnostic arm's."""
+    results, lrs, _ = run_tuned_grid(ctx.runs_dir, plan.study, cifar_task(plan), plan.lrs, plan.tune_seeds)
     arm_results = {}
     for arm in plan.arms:
         a = arm.plan
         scores, arm_lrs, _ = run_tuned_grid(ctx.runs_dir / arm.folder, a.study, cifar_task(a), a.lrs, a.tune_seeds)
         arm_results[arm.name] = ArmResults(scores, arm_lrs)
-        plot_study(scores, a.study, task, ctx.out_dir / arm_figure(arm), f"CIFAR-10 stand-in, {arm.name}")
+    return results, lrs, arm_results
+
+
+def results_report(
+    ctx: ReproductionContext, plan: CifarPlan, ran: tuple[Results, LearningRates, dict[str, ArmResults]],
+) -> ReproductionReport:
+    """The figures (the grid's, each arm's) and the report."""
+    results, lrs, arm_results = ran
+    task = cifar_task(plan)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    plot_study(results, plan.study, task, ctx.out_dir / "cifar_silos.png", "CIFAR-10 stand-in")
+    for arm in plan.arms:
+        scores = arm_results[arm.name].scores
+        plot_study(scores, arm.plan.study, task, ctx.out_dir / arm_figure(arm), f"CIFAR-10 stand-in, {arm.name}")
     return report(results, lrs, plan, task, ctx.quick, arm_results)
+
+
+REPRODUCTIONS.register(
+    "mrmtl_cifar", "MR-MTL and Ditto vs lambda on heterogeneous CIFAR-10-like silos, synthetic 32x32 stand-in (Liu 2022)"
+)(StudyReproduction(settings, run, results_report))

@@ -25,6 +25,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.runtime.simulation import Simulation
 
@@ -149,12 +150,20 @@ def finetune_rows(results: Results, eps: str) -> list[ResultRow]:
     return rows
 
 
-@REPRODUCTIONS.register("mrmtl_costs", "Privacy overhead of Ditto and IFCA, finetuning under DP, MOCHA: synthetic Vehicle (Liu 2022)")
-def mrmtl_costs(ctx: ReproductionContext) -> ReproductionReport:
-    plan = quick_study() if ctx.quick else CostStudy()
+def settings(ctx: ReproductionContext) -> CostStudy:
+    """The study: quick or full."""
+    return quick_study() if ctx.quick else CostStudy()
+
+
+def run(ctx: ReproductionContext, plan: CostStudy) -> Results:
+    """Every method's grid on the synthetic Vehicle silos."""
+    return run_grid(ctx.runs_dir, plan.grid(), vehicle_task(plan.tau, *plan.silos))
+
+
+def report(ctx: ReproductionContext, plan: CostStudy, results: Results) -> ReproductionReport:
+    """Accuracy, noise overhead and finetuning rows; the figure."""
     grid = plan.grid()
     task = vehicle_task(plan.tau, *plan.silos)
-    results = run_grid(ctx.runs_dir, grid, task)
     rows = score_rows(results, grid, task, {}, f"tau={plan.tau:g}")
     z_rows, z_table = noise_rows(plan)
     rows += z_rows
@@ -182,6 +191,11 @@ def mrmtl_costs(ctx: ReproductionContext) -> ReproductionReport:
                "study": study_record(grid)},
         figures=["costs.png"],
     )
+
+
+REPRODUCTIONS.register("mrmtl_costs", "Privacy overhead of Ditto and IFCA, finetuning under DP, MOCHA: synthetic Vehicle (Liu 2022)")(
+    StudyReproduction(settings, run, report)
+)
 
 
 def plot(results: Results, study: SiloStudy, z_table: dict[str, dict[str, float]], path) -> None:

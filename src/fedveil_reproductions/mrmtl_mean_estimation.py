@@ -28,6 +28,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.theory.mean_estimation import (
     fedavg_error,
@@ -534,11 +535,23 @@ def config_for(quick: bool) -> StudyConfig:
     return StudyConfig(trials=500, grid_points=40) if quick else StudyConfig()
 
 
-@REPRODUCTIONS.register(
-    "mrmtl_mean_estimation",
-    "MR-MTL private federated mean estimation: closed forms vs Monte-Carlo, lam*, tuning cost (Liu thesis §1.6, Fig. 1.7)",
-)
-def mrmtl_mean_estimation(ctx: ReproductionContext) -> ReproductionReport:
-    study = run_study(config_for(ctx.quick))
+def settings(ctx: ReproductionContext) -> StudyConfig:
+    """The study: quick or full."""
+    return config_for(ctx.quick)
+
+
+def run(ctx: ReproductionContext, cfg: StudyConfig) -> dict:
+    """Closed forms and Monte-Carlo (:func:`run_study`)."""
+    return run_study(cfg)
+
+
+def report(ctx: ReproductionContext, cfg: StudyConfig, study: dict) -> ReproductionReport:
+    """The rows beside the thesis' table and Fig. 1.7, and the figure."""
     figure = plot(study, ctx.out_dir / "mrmtl_mean_estimation.png")
     return build_report(study, ctx.quick, [figure.name])
+
+
+REPRODUCTIONS.register(
+    "mrmtl_mean_estimation",
+    "MR-MTL private federated mean estimation: closed forms vs Monte-Carlo, lam*, tuning cost (Liu thesis §1.6, Fig. 1.7)",
+)(StudyReproduction(settings, run, report))

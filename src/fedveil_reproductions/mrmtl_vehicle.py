@@ -30,6 +30,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 
 from .paper_numbers import paper_numbers
@@ -316,12 +317,23 @@ def report(per_tau: dict[float, TauResults], plan: TradeoffStudy, quick: bool) -
     )
 
 
-@REPRODUCTIONS.register(
-    "mrmtl_vehicle", "Privacy-heterogeneity trade-off and MR-MTL lambda sweet spot, synthetic Vehicle (Liu 2022)"
-)
-def mrmtl_vehicle(ctx: ReproductionContext) -> ReproductionReport:
-    plan = quick_study() if ctx.quick else TradeoffStudy()
-    per_tau = {tau: run_tau(ctx, plan, tau) for tau in plan.taus}
+def settings(ctx: ReproductionContext) -> TradeoffStudy:
+    """The study: quick or full."""
+    return quick_study() if ctx.quick else TradeoffStudy()
+
+
+def run(ctx: ReproductionContext, plan: TradeoffStudy) -> dict[float, TauResults]:
+    """Each tau's tuned grid and clip ablation (:func:`run_tau`)."""
+    return {tau: run_tau(ctx, plan, tau) for tau in plan.taus}
+
+
+def results_report(ctx: ReproductionContext, plan: TradeoffStudy, per_tau: dict[float, TauResults]) -> ReproductionReport:
+    """The figure and the report."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot(per_tau, plan, ctx.out_dir / "vehicle_tradeoff.png")
     return report(per_tau, plan, ctx.quick)
+
+
+REPRODUCTIONS.register(
+    "mrmtl_vehicle", "Privacy-heterogeneity trade-off and MR-MTL lambda sweet spot, synthetic Vehicle (Liu 2022)"
+)(StudyReproduction(settings, run, results_report))

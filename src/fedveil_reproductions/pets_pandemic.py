@@ -44,6 +44,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 
 from .paper_numbers import paper_numbers
@@ -336,16 +337,24 @@ def plot(runs: dict[str, dict], cfg: StudyConfig, path: Path) -> Path:
     return path
 
 
-def run_experiment(ctx: ReproductionContext, cfg: StudyConfig, progress: bool = True) -> ReproductionReport:
-    study = run_study(ctx, cfg, progress=progress)
+def settings(ctx: ReproductionContext) -> StudyConfig:
+    """The study: quick or full."""
+    return config_for(ctx.quick)
+
+
+def run(ctx: ReproductionContext, cfg: StudyConfig) -> dict:
+    """The pipelines of :func:`run_study` (progress bars in full mode)."""
+    return run_study(ctx, cfg, progress=not ctx.quick)
+
+
+def report(ctx: ReproductionContext, cfg: StudyConfig, study: dict) -> ReproductionReport:
+    """The rows beside the chapter's numbers and the figure."""
     fig = plot({k: _summary(v) for k, v in study["runs"].items()}, cfg, ctx.out_dir / "pets_pandemic.png")
     return build_report(study, cfg, ctx.quick, [fig.name])
 
 
-@REPRODUCTIONS.register(
+REPRODUCTIONS.register(
     "pets_pandemic",
     "PETs pandemic forecasting (Liu ch. 2): neighbourhood features, DP-SGD focal LR, centralised vs MR-MTL, "
     "Theorem 2.4.4 node-level ε (not a guarantee here; synthetic data)",
-)
-def pets_pandemic(ctx: ReproductionContext) -> ReproductionReport:
-    return run_experiment(ctx, config_for(ctx.quick), progress=not ctx.quick)
+)(StudyReproduction(settings, run, report))

@@ -23,7 +23,6 @@ from fedveil_reproductions.dp_schedules import (
     load_mnist_file,
     make_model,
     make_task,
-    run_experiment,
     train_eval,
     train_noiseless,
 )
@@ -184,7 +183,10 @@ def test_claim_verdict_rule():
 def test_tiny_experiment_end_to_end(tmp_path):
     write_fake_mnist(tmp_path / "data" / "mnist-10k")
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path / "data")
-    report = run_experiment(ctx, TINY, log=lambda *_: None)
+    from fedveil_reproductions import dp_schedules
+
+    results = dp_schedules.run_study(ctx.data_dir("mnist-10k"), TINY, log=lambda *_: None)
+    report = dp_schedules.report(ctx, TINY, results)
     assert report.figures == ["dp_schedules.png"] and (ctx.out_dir / "dp_schedules.png").stat().st_size > 0
     # three rows (loss, excess loss, accuracy) per task + the trend row
     assert len(report.rows) == 3 * 3 + 1

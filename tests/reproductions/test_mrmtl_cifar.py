@@ -27,7 +27,8 @@ from fedveil_reproductions.mrmtl_cifar import (
     noise_cause_rows,
     noise_control_rows,
     noise_to_signal,
-    run_and_report,
+    results_report,
+    run,
 )
 
 
@@ -38,7 +39,8 @@ def test_tiny_plan_runs_and_reports(tmp_path):
                         study=cifar_study([8.0], [1.0], [1], 2, ditto_lambdas=[]))
     plan = CifarPlan(samples_per_class=8, batch_size=5, silos=4, study=cifar_study([8.0, math.inf], [1.0], [1], 2),
                      lrs=[0.003, 0.01], arms=[Arm(PAPER_NOISE, "paper_noise", arm), Arm(NOISE_CONTROL, "noise_control", control)])
-    rep = run_and_report(ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path), plan)
+    ctx = ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path)
+    rep = results_report(ctx, plan, run(ctx, plan))
     assert set(rep.extra["accuracy"]) == {"local", "fedavg", "mr_mtl(lam=1)", "ditto(lam=1)"}
     assert {lr for by_eps in rep.extra["lrs"].values() for lr in by_eps.values()} <= {0.003, 0.01}
     lr_settings = [r.setting for r in rep.rows if r.metric == "learning rate tuned per method (tuning seed, not reported)"]

@@ -26,7 +26,9 @@ def tiny_study(rounds: int = 2) -> CostStudy:
 
 def test_tiny_study_runs_and_reports(tmp_path, monkeypatch):
     monkeypatch.setattr(costs, "quick_study", tiny_study)
-    rep = costs.mrmtl_costs(ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path))
+    from fedveil.reproduce import REPRODUCTIONS
+
+    rep = REPRODUCTIONS.get("mrmtl_costs")(ReproductionContext(out_dir=tmp_path, quick=True, data_root=tmp_path))
     accuracy = rep.extra["accuracy"]
     assert set(accuracy) == {"local", "fedavg", "finetune(25%)", "finetune(50%)", "finetune(75%)", "mr_mtl(lam=1)",
                              "ditto(lam=1)", "ifca(every round)", "ifca(10%)", "mocha(lam=1)"}

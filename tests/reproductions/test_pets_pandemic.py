@@ -6,7 +6,8 @@ import json
 import pytest
 
 from fedveil.reproduce import REPRODUCTIONS, ReproductionContext, write_results
-from fedveil_reproductions.pets_pandemic import StudyConfig, config_for, run_experiment
+from fedveil_reproductions import pets_pandemic
+from fedveil_reproductions.pets_pandemic import StudyConfig, config_for, run_study
 
 TINY = StudyConfig(num_people=2000, num_regions=2, batch_size=32, central_epochs=2, local_epochs=1,
                    sigma_sweep=(1.0,), losses=("BCE",))
@@ -20,7 +21,7 @@ def test_registered_and_quick_config():
 
 def test_tiny_experiment_end_to_end(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path / "data")
-    report = run_experiment(ctx, TINY, progress=False)
+    report = pets_pandemic.report(ctx, TINY, run_study(ctx, TINY, progress=False))
     assert report.figures == ["pets_pandemic.png"] and (ctx.out_dir / "pets_pandemic.png").stat().st_size > 0
     assert (ctx.runs_dir / "synthetic_pandemic_csv" / "population_network.csv").exists()
     rows = {r.setting: r for r in report.rows}
@@ -48,4 +49,4 @@ def test_tiny_experiment_end_to_end(tmp_path):
 def test_no_positives_is_a_clear_error(tmp_path):
     ctx = ReproductionContext(out_dir=tmp_path / "out", quick=True, data_root=tmp_path / "data")
     with pytest.raises(ValueError, match="no positives in the hidden week"):
-        run_experiment(ctx, StudyConfig(num_people=1500, num_regions=2), progress=False)  # this seed's outbreak misses the week
+        run_study(ctx, StudyConfig(num_people=1500, num_regions=2), progress=False)  # this seed's outbreak misses the week

@@ -4,6 +4,7 @@ from .plan import (
     PlannedRun,
     Reproduction,
     ReproductionContext,
+    StudyReproduction,
     Summaries,
     run_once,
     run_plan,
@@ -13,5 +14,5 @@ from .report import ReproductionReport, ResultRow, output_folder, write_results
 
 __all__ = [
     "PlannedRun", "REPRODUCTIONS", "Reproduction", "ReproductionContext", "ReproductionReport", "ResultRow",
-    "Summaries", "load_reproductions", "output_folder", "run_once", "run_plan", "write_results",
+    "StudyReproduction", "Summaries", "load_reproductions", "output_folder", "run_once", "run_plan", "write_results",
 ]

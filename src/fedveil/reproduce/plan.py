@@ -1,5 +1,6 @@
-"""The declared shape of a reproduction: a plan of run configs, run through the sweep
-machinery, and a report built from their summaries.
+"""The declared shapes of a reproduction: a plan of run configs, run through the sweep
+machinery, and a report built from their summaries (:class:`Reproduction`); or, where the
+work is not such a plan, a study's settings, its run and its report (:class:`StudyReproduction`).
 
 A :class:`Reproduction` is three parts a reader can find in every reproduction module:
 ``plan(ctx)`` lists the training runs (a name, which is the run's folder under
@@ -67,6 +68,23 @@ class Reproduction:
     def __call__(self, ctx: ReproductionContext) -> ReproductionReport:
         summaries = run_plan(self.plan(ctx), ctx.runs_dir, progress=not ctx.quick, plots=self.run_plots)
         return self.report(ctx, summaries)
+
+
+@dataclass(frozen=True)
+class StudyReproduction:
+    """A reproduction whose work is not one list of run configs known up front (ECOS jobs,
+    closed forms and Monte-Carlo, centralised DP-GD, a grid whose second stage depends on
+    the first): ``settings(ctx)`` picks the study (quick or full), ``run(ctx, settings)``
+    does the work (resumable through its own files; run configs go through :func:`run_plan`),
+    ``report(ctx, settings, results)`` writes the rows, verdicts and figures."""
+
+    settings: Callable[[ReproductionContext], Any]
+    run: Callable[[ReproductionContext, Any], Any]
+    report: Callable[[ReproductionContext, Any, Any], ReproductionReport]
+
+    def __call__(self, ctx: ReproductionContext) -> ReproductionReport:
+        settings = self.settings(ctx)
+        return self.report(ctx, settings, self.run(ctx, settings))
 
 
 def run_plan(
