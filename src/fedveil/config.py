@@ -68,6 +68,8 @@ class _NamedComponent(BaseModel):
 
 
 class PartitionConfig(_NamedComponent):
+    """``[data.partition]``: how the rows are split over the clients, and the partitioner's options."""
+
     name: str = Field("iid", description="partitioner (`fedveil partitions`); its options go in the same section")
 
     def _params_class(self) -> type[BaseModel]:
@@ -77,6 +79,8 @@ class PartitionConfig(_NamedComponent):
 
 
 class AlgorithmConfig(_NamedComponent):
+    """``[algorithm]``: the federated algorithm and its hyper-parameters."""
+
     name: str = Field("fedavg", description="algorithm (`fedveil algorithms`); its hyper-parameters go in the same section")
 
     def _params_class(self) -> type[BaseModel]:
@@ -86,6 +90,8 @@ class AlgorithmConfig(_NamedComponent):
 
 
 class DataConfig(Section):
+    """``[data]``: the data set, its clients and their train/test split."""
+
     name: str = Field("digits", description="data set (`fedveil datasets`)")
     root: str | None = Field(None, description="data directory; default $FEDVEIL_DATA/<name> or ~/.cache/fedveil/<name>")
     download: bool = Field(True, description="download from the canonical source when files are missing")
@@ -117,6 +123,8 @@ class DataConfig(Section):
 
 
 class ModelConfig(Section):
+    """``[model]``: the network every client trains, and where its first weights come from."""
+
     name: str = Field("auto", description="model (`fedveil models`); auto: LeNet for images of at least 16x16, an MLP for smaller images (8x8 digits), char-LSTM for text, MLP/linear for tables")
     options: dict[str, Any] = Field(default_factory=dict, description="model options, e.g. { width = 0.5 }")
     init_from: str | None = Field(
@@ -152,6 +160,8 @@ class ClientConfig(Section):
 
 
 class FederationConfig(Section):
+    """``[federation]``: rounds, cohorts and how clients are drawn."""
+
     rounds: int = Field(20, ge=1, description="communication rounds")
     clients_per_round: int = Field(10, ge=1, description="cohort size (fixed) or expected size (poisson)")
     sampling: Literal["fixed", "poisson"] = Field(
@@ -178,6 +188,8 @@ class FederationConfig(Section):
 
 
 class EvalConfig(Section):
+    """``[eval]``: when and what is evaluated."""
+
     every: int = Field(1, ge=1, description="rounds between evaluations (the last round is always evaluated)")
     batch_size: int = Field(1024, ge=1, description="evaluation batch size (memory only; scores do not depend on it)")
     personal: bool = Field(True, description="also score personal models where the algorithm has them")
@@ -207,6 +219,8 @@ class EvalConfig(Section):
 
 
 class CheckpointConfig(Section):
+    """``[checkpoint]``: how often a run saves what it needs to resume."""
+
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0 = only at the end")
 
 
@@ -347,6 +361,8 @@ class LogConfig(Section):
 
 
 class RunConfig(Section):
+    """A whole run: every section above, the seed, the executor and the device (docs/config.md)."""
+
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
     executor: Literal["serial", "vectorized", "ray", "auto"] = Field(
         "serial", description="how a round's cohort is trained: one client after another, stacked (fast), on Ray, or "

@@ -43,14 +43,16 @@ def test_a_killed_superlink_restarts_on_its_database_and_the_resumed_run_keeps_e
 
     prepare_silos(config, tmp_path / "silos")
     server_out = tmp_path / "server"
-    app = write_flower_app(tmp_path / "app", config, tmp_path / "silos" / "federation.json", server_out, timeout=60)
+    # A SuperNode keeps retrying the killed run's pulls for about a minute after the restart (the link
+    # answers 403 "Run is finished" only then), so the resumed run's stages wait well past that.
+    app = write_flower_app(tmp_path / "app", config, tmp_path / "silos" / "federation.json", server_out, timeout=240)
     with LocalFederation(tmp_path / "fed", 3, silo_root=tmp_path / "silos") as fed:
         fed.start(timeout=120)
         fed.submit(app)
         wait_for_rows(server_out / "metrics.jsonl", 2, timeout=300)
         fed.restart_link()
         resumed = fed.submit(app, {"resume": True})
-        status = fed.wait(resumed, timeout=400)
+        status = fed.wait(resumed, timeout=900)
         log = fed.run_log(resumed)
     assert status == "finished:completed", log[-3000:]
 

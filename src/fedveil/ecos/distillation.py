@@ -87,6 +87,7 @@ class DistillationLoss(Objective):
         object.__setattr__(self, "temperature", t)
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The batch mean of ``kd_weight T^2 KL(teacher || student, at T) + (1 - kd_weight) CE`` (the module's loss)."""
         teacher = batch.groups.get(self.key)
         if teacher is None:
             raise ValueError(f"the batch has no {self.key!r} group: precompute the teacher's logits (see distill).")

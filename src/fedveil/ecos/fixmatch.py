@@ -217,6 +217,7 @@ class FixMatchLoss(Objective):
         object.__setattr__(self, "unlabeled_weight", weight)
 
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """FixMatch's batch loss ``L_s + unlabeled_weight * L_u``: labelled rows' CE, confident pseudo-labels' CE."""
         labelled = _flag(batch, LABELLED).to(out.dtype)
         confident = _flag(batch, CONFIDENT).to(out.dtype)
         ce = F.cross_entropy(out, batch.y.clamp(min=0), reduction="none")  # unlabelled y of raw data is -1

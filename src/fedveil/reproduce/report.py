@@ -57,6 +57,7 @@ def _no_spread(value: float | str) -> float | str:
 
 
 def results_markdown(report: ReproductionReport, quick: bool) -> str:
+    """``results.md``: the rows beside the paper's (verdicts unless quick), what differs, the figures."""
     lines = [f"# {report.title}", "", f"Source: {report.source}", ""]
     if quick:
         lines += [QUICK_BANNER, "", "| setting | metric | measured | paper |", "|---|---|---|---|"]

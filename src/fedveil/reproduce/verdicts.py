@@ -8,6 +8,7 @@ from typing import Sequence
 
 
 def mean(values: Sequence[float]) -> float:
+    """The mean over seeds."""
     return statistics.fmean(values)
 
 
@@ -22,6 +23,7 @@ def sem(values: Sequence[float]) -> float:
 
 
 def cell(values: Sequence[float], digits: int = 4) -> str:
+    """``mean ± std (n=seeds)``, the table cell of a measurement over seeds."""
     return f"{mean(values):.{digits}f} ± {std(values):.{digits}f} (n={len(values)})"
 
 

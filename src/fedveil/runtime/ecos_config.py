@@ -177,6 +177,7 @@ class ECOSMethod(_Finite):
 
     @property
     def settings(self) -> ECOSSettings:
+        """The section as the pipeline's :class:`ECOSSettings`."""
         return _settings(ECOSSettings, self)
 
 
@@ -204,6 +205,7 @@ class ECOSLabels(_Finite):
 
     @property
     def knn(self) -> KNNSettings:
+        """The section as the private kNN's :class:`KNNSettings`."""
         return _settings(KNNSettings, self, per_class=None if self.per_class == ALL_LABELS else self.per_class)
 
 
@@ -216,6 +218,7 @@ class ECOSFixMatch(_Finite):
 
     @property
     def settings(self) -> FixMatchSettings:
+        """The section as :class:`FixMatchSettings`."""
         return _settings(FixMatchSettings, self)
 
 
@@ -260,6 +263,7 @@ class ECOSCloud(_Finite):
 
     @property
     def sgd(self) -> CloudSGD:
+        """The section's training fields as :class:`CloudSGD`."""
         return _settings(CloudSGD, self)
 
 
@@ -280,6 +284,7 @@ class ECOSJobConfig(Section):
 
     @property
     def private_labels(self) -> bool:
+        """Whether the client labels the selection itself by private kNN (B.6 Case 3)."""
         return self.labels.source == "private_knn"
 
     def to_dict(self) -> dict[str, Any]:

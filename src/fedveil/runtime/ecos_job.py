@@ -90,6 +90,7 @@ class JobPlan:
     delta: float
 
     def describe(self, subject: str) -> str:
+        """One line saying what ``subject``'s releases are and the epsilon they compose to."""
         if not self.releases:
             return f"client {subject} releases nothing (epsilon 0): the selection and the labels read none of its data"
         bound = "at most " if any("queries" in w for w in self.what) else ""
