@@ -32,6 +32,7 @@ from fedveil.reproduce import (
     ReproductionContext,
     ReproductionReport,
     ResultRow,
+    StudyReproduction,
 )
 from fedveil.runtime.evaluation import evaluate
 from fedveil.runtime.finished_run import FinishedRun
@@ -98,6 +99,7 @@ class MnistPlan:
     diagnosis_seeds: list[int] = field(default_factory=lambda: [0, 1])
     convnet: SiloStudy | None = field(default_factory=lambda: panel_study(  # the paper's model, panel (a), cheapest cell
         [NON_PRIVATE], [], ["local", "fedavg"], 50, [0]))
+    silos: int = SILOS  # fewer only in tests on tiny files
 
 
 def quick_plan() -> MnistPlan:
@@ -603,14 +605,15 @@ def report(res: MnistResults, plan: MnistPlan, quick: bool, tasks: dict[float, S
     )
 
 
-@REPRODUCTIONS.register("mrmtl_mnist", "Utility vs epsilon on Rotated & Masked MNIST silos: MR-MTL, IFCA, baselines (Liu 2022)")
-def mrmtl_mnist(ctx: ReproductionContext) -> ReproductionReport:
-    plan = quick_plan() if ctx.quick else MnistPlan()
-    return run_and_report(ctx, plan)
+def settings(ctx: ReproductionContext) -> MnistPlan:
+    """The study: quick or full."""
+    return quick_plan() if ctx.quick else MnistPlan()
 
 
-def run_and_report(ctx: ReproductionContext, plan: MnistPlan, num_silos: int = SILOS) -> ReproductionReport:
-    a = plan.mask_ratio
+def run(ctx: ReproductionContext, plan: MnistPlan) -> tuple[MnistResults, dict[float, SiloTask]]:
+    """Panel (a), panels (b)-(d), the lambda = 1 diagnosis, the warm start with a decayed lr and
+    the ConvNet cell, each a grid through ``run_plan``; with each mask's task."""
+    a, num_silos = plan.mask_ratio, plan.silos
     tasks = {m: mnist_task(ctx, plan, m, num_silos) for m in [a, *plan.panel_masks]}
     runs_a = ctx.runs_dir / f"mask{a:g}"
     panel_a = run_grid(runs_a, plan.study, tasks[a])
@@ -629,8 +632,22 @@ def run_and_report(ctx: ReproductionContext, plan: MnistPlan, num_silos: int = S
     if plan.convnet is not None:
         convnet = run_grid(ctx.runs_dir / f"convnet_mask{a:g}", plan.convnet,
                            mnist_task(ctx, replace(plan, model=dict(CONVNET)), a, num_silos))
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    plot_study(panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
-    plot_curves(curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")
     results = MnistResults(panel_a, panels, curves, purity, convnet, mean_purity, checks, warm_decay)
+    return results, tasks
+
+
+def results_report(
+    ctx: ReproductionContext, plan: MnistPlan, ran: tuple[MnistResults, dict[float, SiloTask]],
+) -> ReproductionReport:
+    """The figures (panel (a), the diagnosis curves) and the report."""
+    results, tasks = ran
+    a = plan.mask_ratio
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    plot_study(results.panel_a, plan.study, tasks[a], ctx.out_dir / f"mnist_mask{a:g}.png", f"MNIST, mask {a:g}")
+    plot_curves(results.curves, ctx.out_dir / "mnist_lambda1_diagnosis.png")
     return report(results, plan, ctx.quick, tasks)
+
+
+REPRODUCTIONS.register("mrmtl_mnist", "Utility vs epsilon on Rotated & Masked MNIST silos: MR-MTL, IFCA, baselines (Liu 2022)")(
+    StudyReproduction(settings, run, results_report)
+)

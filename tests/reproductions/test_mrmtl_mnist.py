@@ -26,9 +26,10 @@ from fedveil_reproductions.mrmtl_mnist import (
     panel_a_rows,
     panel_study,
     personal_step_check,
+    results_report,
     rotation_groups,
+    run,
     run_assignments,
-    run_and_report,
     step_size_rows,
     warm_decay_rows,
     warm_start_trend_row,
@@ -41,11 +42,11 @@ def test_tiny_plan_runs_every_part_and_reports(tmp_path):
     study = panel_study([4.0, math.inf], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0])
     study.clusters = 2
     plan = MnistPlan(study=study, panel_masks=[0.3], panels=panel_study([4.0], [1.0], ["local", "fedavg", "ifca", "ifca_mrmtl"], 2, [0]),
-                     diagnosis_rounds=4, convnet=panel_study([math.inf], [], ["local"], 2, [0]))
+                     diagnosis_rounds=4, convnet=panel_study([math.inf], [], ["local"], 2, [0]), silos=4)
     plan.panels.clusters = 2
     config = mnist_task(ctx, plan, 0.1, num_silos=4).config({"name": "local"}, 4.0, 0, study)
     assert config["data"]["options"]["rotation_groups"] == 4 and config["model"]["name"] == "mlp"
-    rep = run_and_report(ctx, plan, num_silos=4)
+    rep = results_report(ctx, plan, run(ctx, plan))
     ifca_run = ctx.runs_dir / "mask0.1" / "ifca(100%)_eps4_seed0"
     assert json.loads((ifca_run / "config.json").read_text())["algorithm"]["select_fraction"] == 1.0  # 10 selections > 2 rounds
     assignments = run_assignments(ifca_run)
