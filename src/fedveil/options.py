@@ -30,17 +30,6 @@ def keyword_options(fn: Callable[..., Any], exclude: Collection[str] = (), skip_
     }
 
 
-def unknown_option_message(what: str, option: str, accepted: Mapping[str, Any] | Collection[str]) -> str:
-    """``<what> has no option 'x' (did you mean 'y'?); accepted: a=1, b=2`` (or ``accepted: none``)."""
-    hint = difflib.get_close_matches(option, list(accepted), n=1)
-    did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
-    if isinstance(accepted, Mapping):
-        choices = ", ".join(f"{k}={v!r}" for k, v in accepted.items())
-    else:
-        choices = ", ".join(accepted)
-    return f"{what} has no option '{option}'{did_you_mean}; accepted: {choices or 'none'}"
-
-
 def check_options(
     fn: Callable[..., Any], options: Mapping[str, Any], what: str, exclude: Collection[str] = (), skip_first: int = 0,
 ) -> None:
@@ -49,7 +38,10 @@ def check_options(
     accepted = keyword_options(fn, exclude, skip_first)
     for option in options:
         if option not in accepted:
-            raise ValueError(unknown_option_message(what, option, accepted))
+            hint = difflib.get_close_matches(option, list(accepted), n=1)
+            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+            choices = ", ".join(f"{k}={v!r}" for k, v in accepted.items()) or "none"
+            raise ValueError(f"{what} has no option '{option}'{did_you_mean}; accepted: {choices}")
     hints = _annotations(fn)
     for option, value in options.items():
         if option in hints:

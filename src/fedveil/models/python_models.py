@@ -21,7 +21,6 @@ from torch import nn
 
 PREFIX = "python:"
 _GIVEN: dict[str, Callable[..., nn.Module]] = {}  # name -> object handed to run(model=...) in this process
-_DATA_ARGS = ("input_shape", "num_classes")
 
 
 def is_python_model(name: str) -> bool:

@@ -6,7 +6,6 @@ from .plan import (
     ReproductionContext,
     StudyReproduction,
     Summaries,
-    run_once,
     run_plan,
 )
 from .registry import REPRODUCTIONS, load_reproductions
@@ -14,5 +13,5 @@ from .report import ReproductionReport, ResultRow, output_folder, write_results
 
 __all__ = [
     "PlannedRun", "REPRODUCTIONS", "Reproduction", "ReproductionContext", "ReproductionReport", "ResultRow",
-    "StudyReproduction", "Summaries", "load_reproductions", "output_folder", "run_once", "run_plan", "write_results",
+    "StudyReproduction", "Summaries", "load_reproductions", "output_folder", "run_plan", "write_results",
 ]

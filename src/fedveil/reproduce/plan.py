@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config import validate
-from ..runtime import run
 from ..runtime.sweep import SweepRun, run_all
 from ..runtime.sweep_plan import SweepPoint
 from .report import ReproductionReport
@@ -100,10 +99,3 @@ def run_plan(
     ]
     summaries = run_all(sweep_runs, progress=progress, plots=plots, echo=lambda line: None)
     return dict(zip(names, summaries))
-
-
-def run_once(config: dict[str, Any], out: Path) -> Path:
-    """Train ``config`` into ``out``; a run of the same config already there is resumed (a
-    finished one only re-scored), one of another config is refused."""
-    run(validate(config), out, resume=out.exists(), progress=False)
-    return out
