@@ -279,6 +279,26 @@ def test_ledger_composition_equals_total_steps_and_isolation():
     assert len(ledger) == 21
 
 
+def test_ledger_converts_each_distinct_rdp_curve_once(monkeypatch):
+    from fedveil.privacy import ledger as ledger_module
+
+    calls = []
+    real = ledger_module.rdp_to_epsilon
+    monkeypatch.setattr(ledger_module, "rdp_to_epsilon", lambda *a: calls.append(1) or real(*a))
+    z, q, delta = 1.1, 0.05, 1e-5
+    ledger = PrivacyLedger()
+    for client in range(50):  # a cohort of clients with the same history
+        ledger.record_gaussian_steps(client, z, q, 20)
+    ledger.record_gaussian_steps(50, 2 * z, q, 20)
+    spent = ledger.epsilons(delta)
+    assert len(calls) == 2  # one conversion per distinct curve
+    assert all(spent[c] == pytest.approx(epsilon(z, q, 20, delta), rel=1e-12) for c in range(50))
+    assert spent[50] == pytest.approx(epsilon(2 * z, q, 20, delta), rel=1e-12)
+    ledger.record_gaussian_steps(3, z, q, 20)  # one client moves on: its new curve is converted afresh
+    assert ledger.epsilon(3, delta) == pytest.approx(epsilon(z, q, 40, delta), rel=1e-12) and len(calls) == 3
+    assert ledger.epsilon(4, 1e-6) == pytest.approx(epsilon(z, q, 20, 1e-6), rel=1e-12) and len(calls) == 4
+
+
 def test_ledger_report_noisy_max_cost(opacus_rdp):
     z, q, steps, delta, eps_sel, k = 1.2, 0.02, 500, 1e-5, 0.05, 7
     ledger = PrivacyLedger()

@@ -27,7 +27,7 @@ import fedveil
 import fedveil.runtime.device as device_mod
 import fedveil.runtime.simulation as simulation
 from fedveil.config import validate
-from fedveil.data.arrays import ArrayDataset
+from fedveil.data.arrays import ArrayDataset, shared_rows
 from fedveil.data.federated import ClientData, FederatedDataset
 from fedveil.errors import ConfigError
 from fedveil.privacy.client_dp import ClientLevelDP
@@ -180,7 +180,17 @@ def test_federated_to_moves_every_split_and_group_and_keeps_the_rest():
     moved = federated_to(data, META)
     assert_all_on(moved, META, "federated data set")
     assert moved.clients[1].val is None and moved.test.info == {"note": 1} and moved.input_shape == (3,)
-    assert federated_to(data, torch.device("cpu")).clients[0].train.x is data.clients[0].train.x  # no copy on the CPU
+    on_cpu = federated_to(data, torch.device("cpu"))
+    assert on_cpu.clients[0].test.x is data.clients[0].test.x  # no copy of evaluation rows on the CPU
+    # training rows are packed once into one tensor per field, each client a block of it
+    trains = [c.train for c in on_cpu.clients]
+    for field in ("x", "y"):
+        base, starts = shared_rows([getattr(t, field) for t in trains])
+        assert starts == [0, 4] and len(base) == 9
+    assert torch.equal(shared_rows([t.groups["g"] for t in trains])[0], torch.tensor([0, 1, 0, 1, 0, 1, 0, 1, 0]))
+    for before, after in zip(data.clients, on_cpu.clients):
+        assert torch.equal(before.train.x, after.train.x) and torch.equal(before.train.y, after.train.y)
+        assert after.train.info == {"note": 1}
 
 
 # -------------------------------------------- a whole run with a foreign default device

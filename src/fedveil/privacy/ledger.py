@@ -42,6 +42,7 @@ from .relations import ALL_RELATIONS, RELATION_PREFERENCE, Sampling, parse_relat
 __all__ = ["Subject", "PrivacyLedger"]
 
 Subject = Union[str, int]
+RDP_EPSILON_CACHE = 4096  # distinct (RDP curve, delta) conversions a ledger remembers
 
 
 def check_subject(subject: Any) -> Subject:
@@ -92,6 +93,7 @@ class PrivacyLedger:
     def __init__(self, accountant: Accountant | str = "rdp") -> None:
         self.accountant = as_accountant(accountant)
         self._subjects: dict[Subject, _SubjectState] = {}
+        self._rdp_epsilons: dict[tuple[bytes, float], float] = {}  # (RDP curve, delta) -> epsilon
         self._log: list[tuple[Subject, int]] = []  # (subject, index in its releases): global record order
 
     # ------------------------------------------------------------------ recording
@@ -224,8 +226,13 @@ class PrivacyLedger:
             return 0.0
         cached = state.eps_cache.get(delta)
         if cached is None:
-            if self.accountant.kind == "rdp":
-                cached = rdp_to_epsilon(state.rdp, self.accountant.orders, delta)
+            if self.accountant.kind == "rdp":  # subjects with equal curves (a cohort's clients) convert once
+                key = (state.rdp.tobytes(), delta)
+                cached = self._rdp_epsilons.get(key)
+                if cached is None:
+                    if len(self._rdp_epsilons) >= RDP_EPSILON_CACHE:
+                        self._rdp_epsilons.clear()
+                    cached = self._rdp_epsilons[key] = rdp_to_epsilon(state.rdp, self.accountant.orders, delta)
             else:
                 cached = float(state.pld.get_epsilon(delta))
             state.eps_cache[delta] = cached

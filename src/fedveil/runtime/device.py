@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..config import DEVICE_NAMES
-from ..data.arrays import ArrayDataset
+from ..data.arrays import ArrayDataset, packed
 from ..data.federated import FederatedDataset
 from ..errors import ConfigError
 
@@ -89,13 +89,15 @@ def dataset_to(data: ArrayDataset, device: torch.device) -> ArrayDataset:
 
 def federated_to(data: FederatedDataset, device: torch.device) -> FederatedDataset:
     """Every client's train/val/test rows and the pooled test set on ``device``: done once
-    at the start of a run, so that no training step copies data."""
+    at the start of a run, so that no training step copies data. The clients' training rows
+    are :func:`~fedveil.data.arrays.packed` into one tensor per field, so that a stacked
+    step gathers the cohort's batches at once."""
+    trains = packed([dataset_to(c.train, device) for c in data.clients])
     clients = [
         dataclasses.replace(
-            c, train=dataset_to(c.train, device), val=None if c.val is None else dataset_to(c.val, device),
-            test=dataset_to(c.test, device),
+            c, train=train, val=None if c.val is None else dataset_to(c.val, device), test=dataset_to(c.test, device),
         )
-        for c in data.clients
+        for c, train in zip(data.clients, trains)
     ]
     return dataclasses.replace(data, clients=clients, test=dataset_to(data.test, device))
 

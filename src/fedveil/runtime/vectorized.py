@@ -14,6 +14,7 @@ with a warning, so any run works with ``executor = "vectorized"``.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import warnings
 from dataclasses import dataclass, field, replace
@@ -73,6 +74,50 @@ class _Gate:
             return wave
 
 
+class _Workers:
+    """Daemon threads kept between rounds: each job of :meth:`run` gets a thread of its own at
+    once (every client must be able to wait at the gate together), reusing idle threads and
+    starting new ones only when all are busy, so a round does not pay a thread start per client."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = 0
+
+    def run(self, jobs: list) -> threading.Event:
+        """Start every job now; the returned event is set when all have returned."""
+        finished, left = threading.Event(), [len(jobs)]
+        if not jobs:
+            finished.set()
+
+        def counted(job) -> None:
+            try:
+                job()
+            finally:
+                with self.lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        finished.set()
+
+        with self.lock:
+            missing = max(0, len(jobs) - self.idle)
+            self.idle -= len(jobs) - missing
+        for _ in range(missing):
+            threading.Thread(target=self._serve, daemon=True, name="fedveil-client").start()
+        for job in jobs:
+            self.jobs.put(lambda job=job: counted(job))
+        return finished
+
+    def _serve(self) -> None:
+        while True:
+            self.jobs.get()()
+            with self.lock:
+                self.idle += 1
+
+
+_WORKERS = _Workers()
+
+
 class _PostingTrainer:
     """Stands in for a :class:`LocalTrainer`: ``train`` is posted to the gate, the rest delegated."""
 
@@ -115,16 +160,13 @@ class VectorizedExecutor:
             finally:
                 gate.finished()
 
-        threads = [threading.Thread(target=work, args=(i, t, s), daemon=True) for i, (t, s) in enumerate(jobs)]
-        for th in threads:
-            th.start()
+        finished = _WORKERS.run([lambda i=i, t=t, s=s: work(i, t, s) for i, (t, s) in enumerate(jobs)])
         while True:
             wave = gate.next_wave()
             if not wave:
                 break
             self._train_wave(wave)
-        for th in threads:
-            th.join()
+        finished.wait()
         for err in errors:
             if err is not None:
                 raise err

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..data.arrays import shared_rows
 from ..engine import StackedModel, stack_params
 from ..engine.grad_terms import AffineGradTerm
 from ..engine.stacked import LayerRecord
@@ -63,35 +64,79 @@ def out_zero(out) -> torch.Tensor:
     return first.sum() * 0.0
 
 
-def _gather_batches(requests: list[TrainRequest], batches: list[tuple[torch.Tensor, int]], active: list[int]):
-    """The active clients' batches merged and padded to the longest: a :class:`Batch`, the
-    mask of real rows ``(K, width)`` and the mask of private rows (``None`` when all are).
+class _BatchGatherer:
+    """Merges the active clients' batches of a step, padded to the longest: a :class:`Batch`,
+    the mask of real rows ``(K, width)`` and the mask of private rows (``None`` when all are).
 
-    Rows are copied straight into one preallocated tensor; padding repeats a real row
-    (finite inputs), masked out of the loss.
+    Padding repeats a client's first row (finite inputs), masked out of the loss. When the
+    clients' rows are blocks of one packed tensor per field (:func:`~fedveil.data.arrays.packed`,
+    as a simulation's training rows are), a step is one ``index_select`` per field into
+    buffers reused across steps; otherwise rows are copied client by client.
     """
-    width = max(1, max(len(idx) for idx, _ in batches))
-    first = requests[active[0]].data
-    names = sorted(first.groups)
-    fields = {"x": first.x, "y": first.y, **{f"g:{g}": first.groups[g] for g in names}}
-    device = first.x.device
-    merged = {f: torch.empty((len(active) * width, *t.shape[1:]), dtype=t.dtype, device=device) for f, t in fields.items()}
-    mask = torch.zeros(len(active), width, device=device)
-    private = torch.zeros(len(active), width, device=device) if any(requests[k].private_rows is not None for k in active) else None
-    for row, (k, (idx, n_private)) in enumerate(zip(active, batches)):
-        data, m, lo = requests[k].data, len(idx), row * width
-        idx = idx.to(device)
-        sources = {"x": data.x, "y": data.y, **{f"g:{g}": data.groups[g] for g in names}}
-        for f, out in merged.items():
-            if m:
-                torch.index_select(sources[f], 0, idx, out=out[lo : lo + m])
-            if m < width:
-                out[lo + m : lo + width] = sources[f][0]
-        mask[row, :m] = 1.0
-        if private is not None:
-            private[row, :n_private] = 1.0
-    batch = Batch(merged["x"], merged["y"], {g: merged[f"g:{g}"] for g in names})
-    return batch, mask, private
+
+    def __init__(self, requests: list[TrainRequest]) -> None:
+        self.requests = requests
+        first = requests[0].data
+        self.names = sorted(first.groups)
+        self.fields = ["x", "y", *(f"g:{g}" for g in self.names)]
+        self.device = first.x.device
+        self.any_private = any(r.private_rows is not None for r in requests)
+        shared = [shared_rows([self._source(r.data, f) for r in requests]) for f in self.fields]
+        self.bases = None if any(s is None for s in shared) or len({tuple(s[1]) for s in shared}) != 1 else [s[0] for s in shared]
+        self.starts = None if self.bases is None else torch.tensor(shared[0][1], device=self.device)
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def _source(self, data, f: str) -> torch.Tensor:
+        return data.x if f == "x" else data.y if f == "y" else data.groups[f[2:]]
+
+    def __call__(self, batches: list[tuple[torch.Tensor, int]], active: list[int]):
+        lengths = [len(idx) for idx, _ in batches]
+        width = max(1, max(lengths))
+        k = len(active)
+        full = all(m == width for m in lengths)
+        mask = torch.ones(k, width, device=self.device) if full else (
+            torch.arange(width, device=self.device) < torch.tensor(lengths, device=self.device).unsqueeze(1)
+        ).float()
+        private = None
+        if self.any_private:
+            n_private = torch.tensor([n for _, n in batches], device=self.device)
+            private = (torch.arange(width, device=self.device) < n_private.unsqueeze(1)).float()
+        if self.bases is not None:
+            merged = self._gather_packed(batches, active, lengths, width)
+        else:
+            merged = self._gather_each(batches, active, lengths, width)
+        batch = Batch(merged["x"], merged["y"], {g: merged[f"g:{g}"] for g in self.names})
+        return batch, mask, private
+
+    def _gather_packed(self, batches, active: list[int], lengths: list[int], width: int) -> dict[str, torch.Tensor]:
+        pad = torch.zeros(width, dtype=torch.long, device=self.device)
+        rows = torch.cat([(idx.to(self.device) if m == width else torch.cat([idx.to(self.device), pad[: width - m]]))
+                          for (idx, _), m in zip(batches, lengths)])
+        starts = self.starts if len(active) == len(self.requests) else self.starts[torch.tensor(active, device=self.device)]
+        rows = (rows.view(len(active), width) + starts.unsqueeze(1)).view(-1)
+        merged = {}
+        for f, base in zip(self.fields, self.bases):
+            shape = (len(rows), *base.shape[1:])
+            buf = self.buffers.get(f)
+            if buf is None or buf.shape != shape:
+                buf = self.buffers[f] = torch.empty(shape, dtype=base.dtype, device=self.device)
+            merged[f] = torch.index_select(base, 0, rows, out=buf)
+        return merged
+
+    def _gather_each(self, batches, active: list[int], lengths: list[int], width: int) -> dict[str, torch.Tensor]:
+        first = self.requests[active[0]].data
+        merged = {f: torch.empty((len(active) * width, *t.shape[1:]), dtype=t.dtype, device=self.device)
+                  for f, t in ((f, self._source(first, f)) for f in self.fields)}
+        for row, (k, (idx, _), m) in enumerate(zip(active, batches, lengths)):
+            data, lo = self.requests[k].data, row * width
+            idx = idx.to(self.device)
+            for f, out in merged.items():
+                source = self._source(data, f)
+                if m:
+                    torch.index_select(source, 0, idx, out=out[lo : lo + m])
+                if m < width:
+                    out[lo + m : lo + width] = source[0]
+        return merged
 
 
 @dataclass
@@ -187,10 +232,11 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     workspace: dict = {}  # DP noise buffers
     plain_sgd = not cfg.momentum and not cfg.weight_decay and masks is None and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
+    gather = _BatchGatherer(requests)
     examples = [0] * len(requests)
     for step in range(max(steps, default=0)):
         active = [k for k, s in enumerate(steps) if step < s]
-        batch, mask, private = _gather_batches(requests, [next(iters[k]) for k in active], active)
+        batch, mask, private = gather([next(iters[k]) for k in active], active)
         index = None if len(active) == len(requests) else torch.tensor(active, device=mask.device)
         w_act = w if index is None else {n: v.index_select(0, index) for n, v in w.items()}
         b_act = buffers if index is None else {n: v.index_select(0, index) for n, v in buffers.items()}
@@ -205,27 +251,29 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
         else:
             dps = [requests[k].dp for k in active]
             in_clip = affine is not None and affine.clipped
-            public = [0.0 if private is None else float(mask[row].sum() - private[row].sum()) for row in range(len(active))]
+            public = [0.0] * len(active) if private is None else (mask.sum(1) - private.sum(1)).tolist()
             g, loss_sums = private_stacked_gradients(
                 stacked, model, w_act, batch.x, batch, mask, lambda out, b: objective.per_example(out, b), dps,
                 [requests[k].dp.source(requests[k].generator) for k in active], workspace,
                 term=affine.values(w_act, index) if in_clip else None, private=private,
                 denominators=[dp.batch_size + pub for dp, pub in zip(dps, public)], buffers=b_act,
+                sgd_lr=lr if plain_sgd and index is None else None,  # plain SGD on everyone: stepped in place
             )
             for dp in dps:
                 dp.count_step()
             step_losses = torch.where(counts > 0, loss_sums / counts.clamp(min=1), torch.full_like(counts, math.nan))
         with torch.no_grad():
-            if not in_clip:  # a clipped term is already inside the private gradient
-                g = _apply_hooks(hooks, affine, w_act, g, active, index)
-            m_act = None if masks is None else {n: v if index is None else v.index_select(0, index) for n, v in masks.items()}
-            _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay, m_act)
+            if g is not None:  # else the private step was taken in place
+                if not in_clip:  # a clipped term is already inside the private gradient
+                    g = _apply_hooks(hooks, affine, w_act, g, active, index)
+                m_act = None if masks is None else {n: v if index is None else v.index_select(0, index) for n, v in masks.items()}
+                _sgd_step(w, w_act, g, momentum, index, lr, cfg.momentum, cfg.weight_decay, m_act)
             if index is not None:
                 for n, v in b_act.items():
                     buffers[n].index_copy_(0, index, v)
-        for row, k in enumerate(active):
-            losses[k].append(float(step_losses[row]))
-            examples[k] += int(counts[row])
+        for k, loss, count in zip(active, step_losses.tolist(), counts.tolist()):
+            losses[k].append(loss)
+            examples[k] += int(count)
     out = []
     for k in range(len(requests)):
         seen = [v for v in losses[k] if not math.isnan(v)]

@@ -25,7 +25,9 @@ does, and the sum is divided by each client's denominator (spec 002 §1.2).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +45,28 @@ def check_private_stacking(model: nn.Module) -> None:
     for name, module in model.named_modules():
         if isinstance(module, nn.Conv2d) and module.groups != 1:
             raise UnsupportedModelError(f"layer '{name}': grouped Conv2d has no per-example norm rule here")
+
+
+@dataclass
+class _Rule:
+    """A layer's book-keeping for one step: its per-example squared norms ``sq (N,)``;
+    ``add_clipped(c, k, targets, alpha)``, which adds ``alpha * sum_i c_i g_i`` per client
+    (``(K, *shape)``) to ``targets[param]`` in place; and ``dots(term)``, the per-example
+    ``<g_i, r_k>`` with client terms ``r``."""
+
+    sq: torch.Tensor
+    add_clipped: Callable[[torch.Tensor, int, dict[str, torch.Tensor], float], None]
+    dots: Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+
+def _adding(clipped_sums) -> Callable[[torch.Tensor, int, dict[str, torch.Tensor], float], None]:
+    """``add_clipped`` from a function giving each parameter's clipped sums."""
+
+    def add_clipped(c: torch.Tensor, k: int, targets: dict[str, torch.Tensor], alpha: float) -> None:
+        for name, value in clipped_sums(c, k).items():
+            targets[name].add_(value, alpha=alpha)
+
+    return add_clipped
 
 
 def _sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,16 +136,19 @@ def _linear(m: nn.Linear, saved: list[torch.Tensor], grads: list[torch.Tensor]):
     if has_bias:
         sq = sq + g.sum(1).square().sum(1)
 
-    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-        sums = {"weight": _clipped_matrix_sum(a, g, c, k, per_example)}
+    def add_clipped(c: torch.Tensor, k: int, targets: dict[str, torch.Tensor], alpha: float) -> None:
+        if per_example is None:  # the weight's clipped sum accumulated inside its bmm
+            cg = (g * c.view(-1, 1, 1)).reshape(k, -1, g.shape[-1])
+            targets["weight"].baddbmm_(cg.transpose(1, 2), a.reshape(k, -1, a.shape[-1]), alpha=alpha)
+        else:
+            targets["weight"].add_(_clipped_matrix_sum(a, g, c, k, per_example), alpha=alpha)
         if has_bias:
-            sums["bias"] = (g.sum(1) * c.view(-1, 1)).reshape(k, -1, g.shape[-1]).sum(1)
-        return sums
+            targets["bias"].add_((g.sum(1) * c.view(-1, 1)).reshape(k, -1, g.shape[-1]).sum(1), alpha=alpha)
 
     def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
         return _matrix_dots(a, g, term["weight"], term.get("bias"))
 
-    return sq, clipped_sums, dots
+    return _Rule(sq, add_clipped, dots)
 
 
 def _conv2d(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
@@ -144,7 +171,7 @@ def _conv2d(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
         weight = term["weight"]
         return _matrix_dots(a, g, weight.reshape(weight.shape[0], m.out_channels, -1), term.get("bias"))
 
-    return sq, clipped_sums, dots
+    return _Rule(sq, _adding(clipped_sums), dots)
 
 
 def _norm_call(m: nn.Module, saved: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -177,7 +204,7 @@ def _norm_layer(m: nn.Module, saved: list[torch.Tensor], grads: list[torch.Tenso
             for name, v in per.items()
         )
 
-    return sq, clipped_sums, dots
+    return _Rule(sq, _adding(clipped_sums), dots)
 
 
 def _embedding(m: nn.Embedding, saved: list[torch.Tensor], grads: list[torch.Tensor]):
@@ -196,19 +223,21 @@ def _embedding(m: nn.Embedding, saved: list[torch.Tensor], grads: list[torch.Ten
         rows = term["weight"].reshape(-1, m.embedding_dim)[idx]  # (N, T, dim): R_k at each looked-up index
         return (rows * g).sum((1, 2))
 
-    return sq, clipped_sums, dots
+    return _Rule(sq, _adding(clipped_sums), dots)
 
 
 def _noise(
-    stacked: StackedModel, w: dict[str, torch.Tensor], generators: list[RandomSource], workspace: dict
+    names: list[str], w: dict[str, torch.Tensor], generators: list[RandomSource], workspace: dict
 ) -> dict[str, torch.Tensor]:
     """Standard normal noise ``(K, *shape)``: client ``k`` fills its rows
     from ``generators[k]`` tensor by tensor in parameter order, exactly as
     :func:`~fedveil.privacy.randomness.standard_normal` in the serial trainer. Filling is
-    single-threaded per call, so clients are spread over a thread pool. Buffers are kept
-    in ``workspace`` between steps (first-touching 80 MB a step costs as much as filling it)."""
+    single-threaded per call, so clients are spread over a thread pool (drawing during the
+    forward and backward instead was slower on 2 cores: the pool and the matmuls' threads
+    contend). Buffers are kept in ``workspace`` between steps (first-touching 80 MB a step
+    costs as much as filling it)."""
     noise = {}
-    for name in stacked.names:
+    for name in names:
         buf = workspace.get(name)
         if buf is None or buf.shape != w[name].shape:
             buf = workspace[name] = torch.empty_like(w[name])
@@ -216,7 +245,7 @@ def _noise(
 
     def fill(rows: range) -> None:
         for row in rows:
-            for name in stacked.names:
+            for name in names:
                 fill_standard_normal_(noise[name][row], generators[row])
 
     workers = max(1, min(torch.get_num_threads(), len(generators)))
@@ -246,9 +275,9 @@ def _layer_calls(records: list[LayerRecord], out_grads) -> list[tuple[LayerRecor
 def _term_norm_terms(records: list[LayerRecord], rules, term: dict[str, torch.Tensor], k: int, width: int) -> torch.Tensor:
     """``2 <g_i, r_k> + ||r_k||^2`` per example, summed over layers and parameters."""
     cross = 0.0
-    for rec, (_, _, dots) in zip(records, rules):
+    for rec, rule in zip(records, rules):
         layer_term = {p: term[rec.param_name(p)] for p, _ in rec.module.named_parameters(recurse=False)}
-        cross = cross + dots(layer_term)
+        cross = cross + rule.dots(layer_term)
     r_sq = sum(r.reshape(k, -1).square().sum(1) for r in term.values())
     return 2.0 * cross + r_sq.repeat_interleave(width)
 
@@ -271,8 +300,13 @@ def private_stacked_gradients(
     private: torch.Tensor | None = None,
     denominators: list[float] | None = None,
     buffers: dict[str, torch.Tensor] | None = None,
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    sgd_lr: float | None = None,
+) -> tuple[dict[str, torch.Tensor] | None, torch.Tensor]:
     """Privatised gradients ``(K, *shape)`` of K clients' batches and their loss sums ``(K,)``.
+    The gradients live in the noise buffers of ``workspace``, overwritten by the next call.
+    With ``sgd_lr`` (plain SGD) the stacked parameters ``w`` instead take the step
+    ``w -= sgd_lr * gradient`` in place, the Linear weights inside their clipped-sum bmm,
+    and no gradients are returned.
 
     ``mask (K, B)`` marks the real rows of the padded merged batch ``x``; padding rows
     get clip factor 0. Client ``k`` uses ``dps[k]``'s clip, noise multiplier and
@@ -301,7 +335,7 @@ def private_stacked_gradients(
         layers = _layer_calls(records, out_grads)
         records = [rec for rec, _, _ in layers]
         rules = [_RULES[type(rec.module)](rec.module, saved, grads) for rec, saved, grads in layers]
-        sq = sum(rule[0] for rule in rules)
+        sq = sum(rule.sq for rule in rules)
         if term is not None:
             sq = sq + _term_norm_terms(records, rules, term, k, mask.shape[1])
         clip = torch.tensor([dp.clip for dp in dps], dtype=sq.dtype, device=sq.device).repeat_interleave(mask.shape[1])
@@ -313,22 +347,22 @@ def private_stacked_gradients(
             clipped = torch.where(private.reshape(-1) > 0, clipped, torch.ones_like(clipped))
         # clip factor and the division by the client's denominator in one scale per example
         factors = clipped * flat_mask / denominator.repeat_interleave(mask.shape[1])
-        grads: dict[str, torch.Tensor] = {}
-        for rec, (_, clipped_sums, _) in zip(records, rules):
-            for pname, value in clipped_sums(factors, k).items():
-                grads[rec.param_name(pname)] = value
-        for name in stacked.names:
-            if name not in grads:  # a parameter the forward did not use
-                grads[name] = torch.zeros_like(w[name])
+        noise = _noise(stacked.names, w, generators, {} if workspace is None else workspace)
+        scale = torch.tensor([dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)], dtype=sq.dtype, device=sq.device)
+        if sgd_lr is None:  # the noisy gradient is built in the noise buffers: scaled noise + clipped sums
+            targets, alpha = noise, 1.0
+            for name, z in noise.items():
+                z.mul_(scale.view(-1, *([1] * (z.dim() - 1))))
+        else:  # w -= lr (scaled noise + clipped sums), in place
+            targets, alpha = w, -sgd_lr
+            for name, z in noise.items():
+                w[name].addcmul_(z, scale.view(-1, *([1] * (z.dim() - 1))), value=alpha)
+        for rec, rule in zip(records, rules):
+            params = [p for p, _ in rec.module.named_parameters(recurse=False)]
+            rule.add_clipped(factors, k, {p: targets[rec.param_name(p)] for p in params}, alpha)
         if term is not None:
             factor_sums = factors.reshape(k, -1).sum(1)
             for name, r in term.items():
-                grads[name] = grads[name] + factor_sums.view(-1, *([1] * (r.dim() - 1))) * r
-        noise = _noise(stacked, w, generators, {} if workspace is None else workspace)
-        scale = torch.tensor([dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)], dtype=sq.dtype, device=sq.device)
-        noisy = {}
-        for name in stacked.names:
-            per_client = (-1,) + (1,) * (grads[name].dim() - 1)
-            noisy[name] = grads[name].add_(noise[name].mul_(scale.view(per_client)))
+                targets[name].add_(factor_sums.view(-1, *([1] * (r.dim() - 1))) * r, alpha=alpha)
         loss_sums = losses.detach().reshape(k, -1).sum(1)
-    return noisy, loss_sums
+    return (noise if sgd_lr is None else None), loss_sums
