@@ -351,7 +351,7 @@ def private_stacked_gradients(
         scale = torch.tensor([dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)], dtype=sq.dtype, device=sq.device)
         if sgd_lr is None:  # the noisy gradient is built in the noise buffers: scaled noise + clipped sums
             targets, alpha = noise, 1.0
-            for name, z in noise.items():
+            for z in noise.values():
                 z.mul_(scale.view(-1, *([1] * (z.dim() - 1))))
         else:  # w -= lr (scaled noise + clipped sums), in place
             targets, alpha = w, -sgd_lr
