@@ -54,18 +54,19 @@ class ArrayDataset:
         )
 
 
-def packed(parts: list[ArrayDataset]) -> list[ArrayDataset]:
-    """``parts`` with their ``x``, ``y`` and groups copied end to end into one tensor per field,
-    each part's fields becoming row views of it (values, dtypes and ``info`` unchanged).
+def packed(parts: list[ArrayDataset], device: torch.device | None = None) -> list[ArrayDataset]:
+    """``parts`` (on ``device``, default where they are) with their ``x``, ``y`` and groups
+    held end to end in one tensor per field, each part's fields becoming row views of it
+    (values, dtypes and ``info`` unchanged).
 
     A stacked training step then gathers the batches of many clients with one
-    ``index_select`` per field (:func:`shared_rows`). Parts whose fields disagree in
-    trailing shape, dtype, device or group names are returned as they are.
+    ``index_select`` per field (:func:`shared_rows`). Parts that already share their rows
+    (:func:`packed_rows` builds them so) are only moved, one tensor per field. Parts whose
+    fields disagree in trailing shape, dtype, device or group names are moved one by one.
     """
-    if len(parts) < 2:
-        return list(parts)
-    first = parts[0]
-    names = sorted(first.groups)
+    if not parts:
+        return []
+    names = sorted(parts[0].groups)
 
     def fields(p: ArrayDataset) -> list[torch.Tensor]:
         return [p.x, p.y, *(p.groups[g] for g in names)]
@@ -73,17 +74,43 @@ def packed(parts: list[ArrayDataset]) -> list[ArrayDataset]:
     def kind(t: torch.Tensor) -> tuple:
         return t.shape[1:], t.dtype, t.device
 
-    kinds = [kind(t) for t in fields(first)]
+    kinds = [kind(t) for t in fields(parts[0])]
     if any(sorted(p.groups) != names or [kind(t) for t in fields(p)] != kinds for p in parts):
-        return list(parts)
-    joined = [torch.cat(column) for column in zip(*(fields(p) for p in parts))]
-    out, start = [], 0
-    for p in parts:
-        n = len(p)
-        views = [t.narrow(0, start, n) for t in joined]
+        return [_moved(p, device) for p in parts]
+    shared = [shared_rows(list(column)) for column in zip(*(fields(p) for p in parts))]
+    if all(s is not None for s in shared) and len({tuple(s[1]) for s in shared}) == 1:
+        bases, starts = [s[0] for s in shared], shared[0][1]
+    elif len(parts) == 1:
+        return [_moved(parts[0], device)]
+    else:
+        bases = [torch.cat(column) for column in zip(*(fields(p) for p in parts))]
+        starts = [sum(len(p) for p in parts[:i]) for i in range(len(parts))]
+    if device is not None:
+        bases = [b.to(device) for b in bases]
+    out = []
+    for p, start in zip(parts, starts):
+        views = [b.narrow(0, start, len(p)) for b in bases]
         out.append(ArrayDataset(views[0], views[1], dict(zip(names, views[2:])), p.info))
+    return out
+
+
+def packed_rows(data: ArrayDataset, indices: list[torch.Tensor]) -> list[ArrayDataset]:
+    """The rows ``indices[k]`` of ``data`` for each part ``k``, copied once into one
+    tensor per field of which the parts are row views (:func:`packed`, without a second copy)."""
+    whole = data.subset(torch.cat(indices)) if indices else data.subset(torch.zeros(0, dtype=torch.long))
+    out, start = [], 0
+    for idx in indices:
+        n = len(idx)
+        out.append(ArrayDataset(whole.x.narrow(0, start, n), whole.y.narrow(0, start, n),
+                                {k: v.narrow(0, start, n) for k, v in whole.groups.items()}, dict(data.info)))
         start += n
     return out
+
+
+def _moved(p: ArrayDataset, device: torch.device | None) -> ArrayDataset:
+    if device is None:
+        return p
+    return ArrayDataset(p.x.to(device), p.y.to(device), {k: v.to(device) for k, v in p.groups.items()}, p.info)
 
 
 def shared_rows(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:

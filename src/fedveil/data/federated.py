@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .arrays import ArrayDataset
+from .arrays import ArrayDataset, packed_rows
 from .errors import DataError
 from .standardise import fit_columns, standardise_columns
 
@@ -61,11 +61,11 @@ class FederatedDataset:
         return counts
 
 
-def split_client_rows(
-    data: ArrayDataset, val_fraction: float, test_fraction: float, rng: np.random.Generator
-) -> ClientData:
-    """Shuffle one client's rows and cut them into train / val / test (at least one train row)."""
-    n = len(data)
+def split_rows(
+    n: int, val_fraction: float, test_fraction: float, rng: np.random.Generator
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Shuffle one client's ``n`` rows and cut them into train / val / test row indices
+    (at least one train row; val ``None`` when ``val_fraction`` is 0)."""
     order = torch.from_numpy(rng.permutation(n))
     n_test = int(round(test_fraction * n))
     n_val = int(round(val_fraction * n))
@@ -74,10 +74,16 @@ def split_client_rows(
             f"a client with {n} rows has no training rows left after val_fraction={val_fraction} "
             f"and test_fraction={test_fraction}; use fewer clients or smaller fractions"
         )
-    test = data.subset(order[:n_test])
-    val = data.subset(order[n_test : n_test + n_val]) if val_fraction > 0 else None
-    train = data.subset(order[n_test + n_val :])
-    return ClientData(train=train, val=val, test=test)
+    val = order[n_test : n_test + n_val] if val_fraction > 0 else None
+    return order[n_test + n_val :], val, order[:n_test]
+
+
+def split_client_rows(
+    data: ArrayDataset, val_fraction: float, test_fraction: float, rng: np.random.Generator
+) -> ClientData:
+    """Shuffle one client's rows and cut them into train / val / test (at least one train row)."""
+    train, val, test = split_rows(len(data), val_fraction, test_fraction, rng)
+    return ClientData(train=data.subset(train), val=None if val is None else data.subset(val), test=data.subset(test))
 
 
 def standardise_client(client: ClientData, columns: Sequence[int]) -> ClientData:
@@ -115,9 +121,16 @@ def build_federated(
     own client.
     """
     rng = np.random.default_rng(seed)
+    splits = []
+    for idx in parts:
+        rows = torch.as_tensor(idx, dtype=torch.long)
+        own, val, test = split_rows(len(rows), val_fraction, test_fraction, rng)
+        splits.append((rows[own], None if val is None else rows[val], rows[test]))
+    # every client's training rows copied once, end to end (a stacked step gathers them in one go)
+    trains = packed_rows(train, [own for own, _, _ in splits])
     clients = [
-        split_client_rows(train.subset(torch.as_tensor(idx, dtype=torch.long)), val_fraction, test_fraction, rng)
-        for idx in parts
+        ClientData(train=own, val=None if val is None else train.subset(val), test=train.subset(test))
+        for own, (_, val, test) in zip(trains, splits)
     ]
     if per_client_columns:
         clients = [standardise_client(c, per_client_columns) for c in clients]

@@ -92,7 +92,7 @@ def federated_to(data: FederatedDataset, device: torch.device) -> FederatedDatas
     at the start of a run, so that no training step copies data. The clients' training rows
     are :func:`~fedveil.data.arrays.packed` into one tensor per field, so that a stacked
     step gathers the cohort's batches at once."""
-    trains = packed([dataset_to(c.train, device) for c in data.clients])
+    trains = packed([c.train for c in data.clients], device)
     clients = [
         dataclasses.replace(
             c, train=train, val=None if c.val is None else dataset_to(c.val, device), test=dataset_to(c.test, device),
