@@ -298,8 +298,8 @@ SCALING: dict[str, Step] = {
         ("federation.rounds=2",), QUIET,
         check_run("runs/digits-mr_mtl-*", epsilon=lambda e: 0 < e <= 4.0 * 1.001, person_epsilon=lambda e: e > 0),
     ),
-    "fedveil run examples/quickstart.toml executor=vectorized": Step(
-        ("federation.rounds=2",), QUIET, check_config("runs/digits-fedavg-*", executor="vectorized"),
+    "fedveil run examples/quickstart.toml executor=serial": Step(
+        ("federation.rounds=2",), QUIET, check_config("runs/digits-fedavg-*", executor="serial"),
     ),
     "fedveil audit examples/quickstart.toml privacy.epsilon=1 federation.rounds=2 --trials 200": Step(
         (), ("--trials", "20", "--quiet"), check_audit,

@@ -41,7 +41,16 @@ def weighted_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:
     if torch.any(w < 0) or w.sum() <= 0:
         raise ValueError("weights must be non-negative with a positive sum")
     w = w / w.sum()
-    return {k: _keep_dtype(sum(float(wi) * it[k] for wi, it in zip(w, items)), items[0][k]) for k in items[0]}
+    return {k: _keep_dtype(_weighted_sum([float(wi) for wi in w], [it[k] for it in items]), items[0][k]) for k in items[0]}
+
+
+def _weighted_sum(weights: list[float], tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``((0 + w_0 x_0) + w_1 x_1) + ...``: the rounding of Python's ``sum``, accumulated in place."""
+    total = weights[0] * tensors[0]
+    total.add_(0)  # as 0 + w_0 x_0: a -0.0 becomes +0.0
+    for wi, t in zip(weights[1:], tensors[1:]):
+        total.add_(wi * t)
+    return total
 
 
 def partial_mean(items: Sequence[Params], weights: Iterable[float]) -> Params:

@@ -29,7 +29,7 @@ from fedveil.runtime.simulation import Simulation  # noqa: E402
 
 from tests.deploy.test_loopback import assert_same_params  # noqa: E402
 from tests.deploy.test_secure_aggregation import deploy  # noqa: E402
-from tests.runtime.tiny_runs import tiny_config  # noqa: E402
+from tests.runtime.tiny_runs import deploy_config  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 
@@ -40,7 +40,7 @@ def ddp_config(**changes):
         privacy={"level": "client", "epsilon": 6.0, "delta": 1e-5, "clip": 0.5},
         secure_aggregation={"enabled": True, "threshold": 0.6},
     )
-    return tiny_config(**{**base, **changes})
+    return deploy_config(**{**base, **changes})
 
 
 def secure_inputs(transport, round_idx: int) -> dict[int, np.ndarray]:

@@ -14,14 +14,14 @@ from fedveil.runtime.recorder import MemoryRecorder
 from fedveil.runtime.simulation import Simulation
 
 from tests.deploy.test_loopback import deployed
-from tests.runtime.tiny_runs import algorithm_sections, tiny_config
+from tests.runtime.tiny_runs import algorithm_sections, deploy_config
 
 SECTIONS = {"federation": {"rounds": 2, "clients_per_round": 3}, "checkpoint": {"every": 1}}
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names())
 def test_deployed_equals_simulated(tmp_path, name):
-    config = tiny_config(**algorithm_sections(name, SECTIONS))
+    config = deploy_config(**algorithm_sections(name, SECTIONS))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if ALGORITHMS.get(name).has_setup:

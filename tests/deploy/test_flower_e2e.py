@@ -28,7 +28,7 @@ from fedveil.deploy.silo_data import read_federation, silo_folder  # noqa: E402
 from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
 from fedveil.runtime.simulation import Simulation  # noqa: E402
 
-from tests.runtime.tiny_runs import tiny_config, write_school  # noqa: E402
+from tests.runtime.tiny_runs import deploy_config, write_school  # noqa: E402
 
 KILLED = 2
 HOSTILE_APP = Path(__file__).parent / "hostile_app"
@@ -36,7 +36,7 @@ HIDE_SILOS = can_hide_folders()
 
 
 def school_config(root: Path):
-    return tiny_config(
+    return deploy_config(
         data={"name": "school", "root": str(root), "download": False, "num_clients": 3, "partition": {"name": "natural", "key": "school"}},
         model={"name": "linear"}, algorithm={"name": "mr_mtl", "lam": 0.1}, client={"lr": 0.05, "batch_size": 8},
         federation={"rounds": 3, "clients_per_round": 3}, eval={"every": 3}, checkpoint={"every": 1},

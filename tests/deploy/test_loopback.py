@@ -13,7 +13,7 @@ from fedveil.deploy.silo_data import read_federation, silo_folder
 from fedveil.runtime.recorder import DirectoryRecorder, MemoryRecorder
 from fedveil.runtime.simulation import Simulation
 
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 DP = {"level": "example", "epsilon": 3.0, "delta": 1e-5, "clip": 1.0}
 # the silos share their metrics (share=True below); the simulation keeps its un-noised ones to compare
@@ -42,7 +42,7 @@ def assert_same_params(a: dict, b: dict):
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_mr_mtl_with_silo_dp_deployed_equals_the_simulation(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     sim_summary, sim = simulate(config)
     server, transport = deployed(config, tmp_path / "fed")
     recorder = MemoryRecorder()
@@ -62,7 +62,7 @@ def test_mr_mtl_with_silo_dp_deployed_equals_the_simulation(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_a_silo_lost_mid_round_is_dropped_and_keeps_its_spend(tmp_path):
-    config = tiny_config(algorithm={"name": "fedavg"}, federation={"rounds": 2, "clients_per_round": 3}, privacy=DP)
+    config = deploy_config(algorithm={"name": "fedavg"}, federation={"rounds": 2, "clients_per_round": 3}, privacy=DP)
     cohort = [int(c) for c in Simulation.from_config(config).schedule[1]]
     lost, down = cohort[0], cohort[1]
     server, transport = deployed(config, tmp_path / "fed", {(1, lost): "lost", (1, down): "crash"})
@@ -97,7 +97,7 @@ class Killed(RuntimeError):
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_a_killed_server_and_a_restarted_silo_resume_to_the_same_numbers(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     _, sim = simulate(config)
     server, transport = deployed(config, tmp_path / "fed")
 
@@ -124,7 +124,7 @@ def test_a_killed_server_and_a_restarted_silo_resume_to_the_same_numbers(tmp_pat
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_the_same_request_twice_gets_the_same_reply_and_costs_nothing(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     server, transport = deployed(config, tmp_path / "fed")
     cid = int(server.schedule[0][0])
     from fedveil.deploy import wire
@@ -140,9 +140,9 @@ def test_the_same_request_twice_gets_the_same_reply_and_costs_nothing(tmp_path):
 
 
 def test_a_silo_refuses_a_config_it_was_not_prepared_for(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     prepare_silos(config, tmp_path / "fed")
-    greedy = tiny_config(**{**MR_MTL, "privacy": {**DP, "epsilon": 30.0}})
+    greedy = deploy_config(**{**MR_MTL, "privacy": {**DP, "epsilon": 30.0}})
     from fedveil.deploy.silo_data import SiloDataError
 
     with pytest.raises(SiloDataError, match="prepared for another config"):
@@ -151,7 +151,7 @@ def test_a_silo_refuses_a_config_it_was_not_prepared_for(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_under_dp_a_silo_sends_no_loss_or_score_unless_it_opts_in(tmp_path):
-    config = tiny_config(**{**MR_MTL, "federation": {"rounds": 1, "clients_per_round": 3}})
+    config = deploy_config(**{**MR_MTL, "federation": {"rounds": 1, "clients_per_round": 3}})
     server, transport = deployed(config, tmp_path / "fed", share=None)
     recorder = MemoryRecorder()
     summary = server.run(transport, recorder)

@@ -8,12 +8,12 @@ from fedveil.privacy.person_level import EXACT
 from fedveil.runtime.recorder import MemoryRecorder
 
 from tests.deploy.test_loopback import DP, MR_MTL, deployed, simulate
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 def test_a_deployed_run_reports_the_simulations_person_epsilon(tmp_path):
-    config = tiny_config(**{**MR_MTL, "privacy": {**DP, "records_per_person": 2}})
+    config = deploy_config(**{**MR_MTL, "privacy": {**DP, "records_per_person": 2}})
     sim_summary, _ = simulate(config)
     server, transport = deployed(config, tmp_path / "fed")
     summary = server.run(transport, MemoryRecorder())

@@ -11,7 +11,7 @@ from fedveil.deploy.silo import Silo
 from fedveil.runtime.recorder import MemoryRecorder
 
 from tests.deploy.test_loopback import deployed
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 HOSTILE = 2
 BASE = dict(federation={"rounds": 3, "clients_per_round": 5}, checkpoint={"every": 1})
@@ -53,7 +53,7 @@ class HostileSilo(Silo):
 
 
 def run_with(tmp_path, name, poison=None, down=False, **sections):
-    config = tiny_config(**{**BASE, **sections})
+    config = deploy_config(**{**BASE, **sections})
     faults = {(r, HOSTILE): "down" for r in range(3)} if down else {}
     server, transport = deployed(config, tmp_path / name, faults)
     if poison is not None:

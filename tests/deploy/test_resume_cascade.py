@@ -11,7 +11,7 @@ from fedveil.deploy.loopback import LoopbackTransport
 from fedveil.runtime.recorder import DirectoryRecorder
 
 from tests.deploy.test_loopback import deployed
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 DP = {"level": "example", "epsilon": 3.0, "delta": 1e-5, "clip": 1.0}
 CONFIG = dict(algorithm={"name": "mr_mtl", "lam": 0.1}, federation={"rounds": 5, "clients_per_round": 5},
@@ -33,7 +33,7 @@ def kill_after(round_number):
 
 @pytest.mark.filterwarnings("ignore:privacy.secure_rng is false", "ignore:silo .* asked again")
 def test_a_resumed_server_whose_aggregate_changed_keeps_every_honest_silo(tmp_path):
-    config = tiny_config(**CONFIG)
+    config = deploy_config(**CONFIG)
     server, transport = deployed(config, tmp_path / "fed", {(2, MISSING): "down"})
     server.on_round.append(kill_after(4))  # rounds 3 and 4 answered, the last checkpoint is round 2's
     out = tmp_path / "server"

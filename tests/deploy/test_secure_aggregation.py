@@ -19,7 +19,7 @@ from fedveil.runtime.secure_sum import quantization_bound  # noqa: E402
 from fedveil.runtime.simulation import Simulation  # noqa: E402
 
 from tests.deploy.test_loopback import assert_same_params  # noqa: E402
-from tests.runtime.tiny_runs import tiny_config  # noqa: E402
+from tests.runtime.tiny_runs import deploy_config  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 SECURE = {"enabled": True, "threshold": 0.6, "bits": 20, "clip_range": 4.0, "weight_scale": 100.0}
@@ -28,7 +28,7 @@ SECURE = {"enabled": True, "threshold": 0.6, "bits": 20, "clip_range": 4.0, "wei
 def secure_config(**changes):
     base = dict(algorithm={"name": "fedavg"}, federation={"rounds": 3, "clients_per_round": 5}, checkpoint={"every": 1},
                 privacy={"level": "example", "epsilon": 4.0, "delta": 1e-5, "clip": 1.0}, secure_aggregation=SECURE)
-    return tiny_config(**{**base, **changes})
+    return deploy_config(**{**base, **changes})
 
 
 class Recording(LoopbackTransport):

@@ -20,7 +20,7 @@ from fedveil.deploy.silo_data import silo_folder
 from fedveil.runtime.recorder import MemoryRecorder
 
 from tests.deploy.test_loopback import DP, MR_MTL, assert_same_params, deployed, simulate
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 
@@ -63,7 +63,7 @@ UMASK_IDS = ["umask-022-no-chmod", "umask-000-no-chmod", "umask-277"]
 
 @pytest.mark.parametrize("mask, chmod", UMASKS, ids=UMASK_IDS)
 def test_a_silos_rows_ledger_states_and_round_records_are_0600_in_0700_folders(tmp_path, monkeypatch, mask, chmod):
-    config = tiny_config(**{**MR_MTL, "federation": {"rounds": 1, "clients_per_round": 3}})
+    config = deploy_config(**{**MR_MTL, "federation": {"rounds": 1, "clients_per_round": 3}})
     if not chmod:
         no_chmod(monkeypatch)
     with umask(mask):
@@ -115,7 +115,7 @@ def numbers(value, path=""):
 
 
 def test_no_silo_receives_another_silos_row_count(tmp_path):
-    config = tiny_config(**MR_MTL)  # weighting = "samples": MR-MTL's weights are the row counts
+    config = deploy_config(**MR_MTL)  # weighting = "samples": MR-MTL's weights are the row counts
     _, sim = simulate(config)
     server, transport = deployed(config, tmp_path / "fed")
     counts = {cid: silo.data.clients[0].num_train for cid, silo in transport.silos.items()}
@@ -146,7 +146,7 @@ def test_mr_mtl_keeps_the_weights_on_the_server():
     """The algorithm's side of the above: ``silo_view`` drops ``seen``, aggregation keeps it."""
     from fedveil.runtime.simulation import Simulation
 
-    sim = Simulation.from_config(tiny_config(**MR_MTL))
+    sim = Simulation.from_config(deploy_config(**MR_MTL))
     alg = sim.algorithm
     params = {"w": torch.zeros(2)}
     state = alg.aggregate(alg.init_server(params), [(0, {"delta": {"w": torch.ones(2)}, "weight": 7.0}),
@@ -166,7 +166,7 @@ def nan_request(server, cid: int, round_idx: int, bad: float) -> tuple[dict[str,
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_request_with_a_non_finite_parameter_is_refused_before_training(tmp_path, bad):
-    config = tiny_config(algorithm={"name": "mr_mtl", "lam": 0.1}, federation={"rounds": 2, "clients_per_round": 5},
+    config = deploy_config(algorithm={"name": "mr_mtl", "lam": 0.1}, federation={"rounds": 2, "clients_per_round": 5},
                          privacy=DP)
     server, transport = deployed(config, tmp_path / "fed")
     cid = 1

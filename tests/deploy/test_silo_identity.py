@@ -14,7 +14,7 @@ from fedveil.deploy.silo_data import read_silo_keys, silo_folder  # noqa: E402
 from fedveil.deploy.silo_identity import load_silo_key, sign_claim, verify_claim  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 
-from tests.runtime.tiny_runs import tiny_config  # noqa: E402
+from tests.runtime.tiny_runs import deploy_config  # noqa: E402
 
 
 class FakeGrid:
@@ -56,7 +56,7 @@ def genuine(folder, cid):
 
 
 def test_a_node_claiming_a_silo_without_its_key_is_refused_and_the_genuine_node_is_mapped(tmp_path):
-    prepare_silos(tiny_config(data={"num_clients": 3}, federation={"clients_per_round": 3}), tmp_path / "fed")
+    prepare_silos(deploy_config(data={"num_clients": 3}, federation={"clients_per_round": 3}), tmp_path / "fed")
     keys = read_silo_keys(tmp_path / "fed")
     assert sorted(keys) == [0, 1, 2] and len(set(keys.values())) == 3
     stolen_signature = {}
@@ -82,7 +82,7 @@ def test_a_node_claiming_a_silo_without_its_key_is_refused_and_the_genuine_node_
 
 
 def test_signatures_bind_nonce_silo_and_node(tmp_path):
-    prepare_silos(tiny_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
+    prepare_silos(deploy_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
     key, public = load_silo_key(silo_folder(tmp_path / "fed", 1)), read_silo_keys(tmp_path / "fed")[1]
     signature = sign_claim(key, "n1", 1, 7)
     assert verify_claim(public, signature, "n1", 1, 7)
@@ -114,7 +114,7 @@ def test_a_silo_listed_offline_for_a_moment_after_answering_is_waited_for(tmp_pa
     import fedveil.deploy.flower_app as flower_app
 
     monkeypatch.setattr(flower_app, "POLL_S", 0.0)
-    prepare_silos(tiny_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
+    prepare_silos(deploy_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
     keys = read_silo_keys(tmp_path / "fed")
     nodes = {11: genuine(silo_folder(tmp_path / "fed", 0), 0), 21: genuine(silo_folder(tmp_path / "fed", 1), 1)}
     grid = FlakyGrid(nodes, offline_polls=5)
@@ -128,7 +128,7 @@ def test_a_silo_listed_offline_for_a_moment_after_answering_is_waited_for(tmp_pa
 def test_a_silo_whose_node_was_offline_at_discovery_is_found_before_a_later_round(tmp_path):
     """A resumed run once lost a silo for good: its node was listed offline while the server
     looked for its silos, and it was never looked for again."""
-    prepare_silos(tiny_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
+    prepare_silos(deploy_config(data={"num_clients": 2}, federation={"clients_per_round": 2}), tmp_path / "fed")
     keys = read_silo_keys(tmp_path / "fed")
     nodes = {11: genuine(silo_folder(tmp_path / "fed", 0), 0), 21: genuine(silo_folder(tmp_path / "fed", 1), 1)}
     grid = FakeGrid(nodes)

@@ -25,7 +25,7 @@ from fedveil.deploy import wire
 from fedveil.runtime.recorder import MemoryRecorder
 
 from tests.deploy.test_loopback import MR_MTL, assert_same_params, deployed
-from tests.runtime.tiny_runs import tiny_config
+from tests.runtime.tiny_runs import deploy_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:privacy.secure_rng is false")
 
@@ -91,7 +91,7 @@ def services_for(folder: Path, sockets: Path, count: int) -> list[SiloService]:
 
 
 def test_a_run_through_the_silo_services_equals_the_in_process_silos(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     server, loopback = deployed(config, tmp_path / "inproc")
     expected = MemoryRecorder()
     server.run(loopback, expected)
@@ -133,7 +133,7 @@ def npy(array) -> bytes:
 
 
 def test_anything_but_the_protocol_is_refused_in_one_line_and_the_service_keeps_serving(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     prepare_silos(config, tmp_path / "fed")
     genuine = config_json(config)
     service = SiloService(silo_folder(tmp_path / "fed", 0), tmp_path / "s.sock", max_bytes=1 << 20)
@@ -166,7 +166,7 @@ def test_anything_but_the_protocol_is_refused_in_one_line_and_the_service_keeps_
 
 
 def test_the_query_is_signed_with_the_silos_key_for_the_servers_nonce_and_node(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     prepare_silos(config, tmp_path / "fed")
     keys = read_silo_keys(tmp_path / "fed" / "federation.json")
     service = SiloService(silo_folder(tmp_path / "fed", 1), tmp_path / "s.sock")
@@ -180,7 +180,7 @@ def test_the_query_is_signed_with_the_silos_key_for_the_servers_nonce_and_node(t
 
 
 def test_a_plan_over_the_silos_max_epsilon_is_refused_at_the_query(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     prepare_silos(config, tmp_path / "fed")
     service = SiloService(silo_folder(tmp_path / "fed", 0), tmp_path / "s.sock", max_epsilon=1.0)
     with serving(service), pytest.raises(SiloServiceError, match=r"plan spends epsilon=3 > its max-epsilon 1.0"):
@@ -188,7 +188,7 @@ def test_a_plan_over_the_silos_max_epsilon_is_refused_at_the_query(tmp_path):
 
 
 def test_the_socket_is_the_owners_alone_unless_a_group_is_given(tmp_path):
-    config = tiny_config(**MR_MTL)
+    config = deploy_config(**MR_MTL)
     prepare_silos(config, tmp_path / "fed")
     folder = silo_folder(tmp_path / "fed", 0)
     own = SiloService(folder, tmp_path / "own.sock").bind()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fedveil.config import validate
 from fedveil.models import build_model
 from fedveil.runtime import MemoryRecorder, Simulation
 from fedveil.runtime.executor import auto_executor, make_executor
@@ -25,13 +26,16 @@ def test_the_rule_picks_by_the_models_layers(name, shape, plain, private):
     assert (auto_executor(model, private=False), auto_executor(model, private=True)) == (plain, private)
 
 
-def test_an_auto_run_records_its_executor_and_equals_that_executors_run():
-    auto = Simulation.from_config(tiny_config(executor="auto")).record(MemoryRecorder())
+def test_auto_is_the_default_and_a_run_records_what_it_picked_and_equals_that_executors_run():
+    assert validate({}).executor == "auto"
+    auto = Simulation.from_config(tiny_config()).record(MemoryRecorder())  # the default, on a linear model
     stacked = Simulation.from_config(tiny_config(executor="vectorized")).record(MemoryRecorder())
     assert auto["executor"] == stacked["executor"] == "vectorized"
     assert auto["global_test_accuracy"] == stacked["global_test_accuracy"]
-    serial = Simulation.from_config(tiny_config()).record(MemoryRecorder())
+    serial = Simulation.from_config(tiny_config(executor="serial")).record(MemoryRecorder())
     assert serial["executor"] == "serial"
+    cnn = tiny_config(model={"name": "digit_cnn", "options": {"width": 0.25}}, federation={"rounds": 1})
+    assert Simulation.from_config(cnn).executor.name == "serial"  # convolutions and BatchNorm: serial
 
 
 def test_auto_is_resolved_before_an_executor_is_made():

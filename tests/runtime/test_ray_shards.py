@@ -18,7 +18,7 @@ IFCA_DP = dict(
 
 def test_a_shard_is_rebuilt_with_its_budget_and_returns_its_dp_steps():
     """The worker side, in process: same results as the serial executor, steps included."""
-    sim = Simulation.from_config(tiny_config(**IFCA_DP))
+    sim = Simulation.from_config(tiny_config(executor="serial", **IFCA_DP))  # the shard's inner executor
     state = sim.fresh_state()
     jobs = [(sim.task(c, 0), sim.client_state(state, c)) for c in (0, 2)]
     payloads = [_shard_payload(t, s) for t, s in jobs]

@@ -124,6 +124,12 @@ def tiny_config(**sections: Any) -> RunConfig:
     return validate(tiny_raw(**sections))
 
 
+def deploy_config(**sections: Any) -> RunConfig:
+    """A tiny run as deployment tests use it: its simulation trains serially, as each deployed
+    silo does, so the two are compared bit for bit (``auto`` would stack the linear model)."""
+    return tiny_config(**{"executor": "serial", **sections})
+
+
 def without_wall_clock(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: without_wall_clock(v) for k, v in obj.items() if k not in WALL_CLOCK_KEYS}

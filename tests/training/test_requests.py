@@ -22,6 +22,7 @@ from fedveil.models import build_model
 from fedveil.models.functional import model_state
 from fedveil.privacy.dp_sgd import ExampleDP
 from fedveil.training import Batch, LocalTrainer, Objective, TrainRequest, task_loss, train_stacked
+from fedveil.training.request import TaskLoss
 
 ATOL = 1e-5
 
@@ -308,3 +309,16 @@ def _post(trainer, request, job):
     from fedveil.runtime.vectorized import _Post
 
     return _Post(job, trainer, request)
+
+
+def test_cross_entropy_per_example_losses_equal_the_vmap_of_the_mean_with_gradients():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 7, generator=g, requires_grad=True)
+    batch = Batch(torch.zeros(64, 1), torch.randint(0, 7, (64,), generator=g), {})
+    loss = TaskLoss(F.cross_entropy)
+    direct = loss.per_example(logits, batch)
+    by_vmap = Objective.per_example(loss, logits, batch)  # the generic rule, example by example
+    assert torch.equal(direct, by_vmap)
+    weights = torch.rand(64, generator=g)
+    assert torch.equal(torch.autograd.grad((direct * weights).sum(), logits)[0],
+                       torch.autograd.grad((by_vmap * weights).sum(), logits)[0])

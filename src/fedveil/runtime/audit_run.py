@@ -146,7 +146,7 @@ def audit_run(
         raise ConfigError('audit: privacy.level is "none", nothing to audit; set privacy.level = "example" or "client"')
     seed = config.seed if seed is None else seed
     if config.privacy.level == "example":
-        executor = executor or ("vectorized" if config.executor == "vectorized" else "serial")
+        executor = executor or ("vectorized" if sim.executor.name == "vectorized" else "serial")  # auto resolved
         game: SiloCanaryGame | ClientCanaryGame = SiloCanaryGame(sim, client or 0, rounds, executor)
     elif client is not None or executor is not None:
         raise ConfigError("audit: --client and --executor apply to example level; a client-level audit trains nothing")

@@ -54,8 +54,7 @@ class _Gate:
     def post(self, post: _Post) -> Any:
         with self.cond:
             self.posts.append(post)
-            self.running -= 1
-            self.cond.notify_all()
+            self._one_less()
         post.done.wait()
         if isinstance(post.result, BaseException):
             raise post.result
@@ -63,7 +62,11 @@ class _Gate:
 
     def finished(self) -> None:
         with self.cond:
-            self.running -= 1
+            self._one_less()
+
+    def _one_less(self) -> None:
+        self.running -= 1
+        if self.running == 0:  # only the last one wakes the executor (not a wake-up per client)
             self.cond.notify_all()
 
     def next_wave(self) -> list[_Post]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 
@@ -107,6 +108,13 @@ class TaskLoss(Objective):
     def mean(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         """``loss_fn(out, batch.y)``."""
         return self.loss_fn(out, batch.y)
+
+    def per_example(self, out: Any, batch: Batch) -> torch.Tensor:
+        """Each example's loss: cross-entropy unreduced (the same numbers as the ``vmap`` of
+        :meth:`mean`, without it), any other loss by :meth:`Objective.per_example`."""
+        if self.loss_fn is F.cross_entropy:
+            return F.cross_entropy(out, batch.y, reduction="none")
+        return super().per_example(out, batch)
 
 
 @dataclass
