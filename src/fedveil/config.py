@@ -366,8 +366,9 @@ class RunConfig(Section):
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
     executor: Literal["serial", "vectorized", "ray", "auto"] = Field(
         "auto", description="how a round's cohort is trained: one client after another, stacked (fast), on Ray, or "
-        "auto: stacked for nets without convolutions (and convolutional nets without normalisation under DP-SGD), "
-        "else serial (docs/executors.md#auto); a deployed run equals its simulation bit for bit with serial"
+        "auto: stacked on a GPU; on the CPU stacked for nets without convolutions (and convolutional nets without "
+        "normalisation under DP-SGD), else serial (docs/executors.md#auto); a deployed run equals its simulation bit "
+        "for bit with serial"
     )
     device: str = Field(
         "auto", description="where the run computes: auto (CUDA when available, else CPU), cpu, cuda or cuda:N"

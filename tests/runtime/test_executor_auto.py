@@ -24,6 +24,9 @@ pytestmark = pytest.mark.usefixtures("skip_plots")
 def test_the_rule_picks_by_the_models_layers(name, shape, plain, private):
     model = build_model(name, shape, 10)
     assert (auto_executor(model, private=False), auto_executor(model, private=True)) == (plain, private)
+    # on a GPU whatever the engine can stack is stacked (the rule reads the device only)
+    on_gpu = "serial" if name == "char_lstm" else "vectorized"
+    assert auto_executor(model, private=False, device="cuda") == auto_executor(model, True, "cuda:0") == on_gpu
 
 
 def test_auto_is_the_default_and_a_run_records_what_it_picked_and_equals_that_executors_run():

@@ -229,7 +229,7 @@ class Simulation:
         if self.executor is None:
             name = self.config.executor
             if name == "auto":
-                name = auto_executor(self.model, private=self.config.privacy.level == "example")
+                name = auto_executor(self.model, private=self.config.privacy.level == "example", device=self.device)
             self.executor = make_executor(name, self.config.ray, self.device)
         if hasattr(self.executor, "probe"):  # the vectorized executor says now whether it can stack the model
             self.executor.probe(self.model, private=self.config.privacy.level == "example")
