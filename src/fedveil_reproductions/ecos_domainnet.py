@@ -128,6 +128,7 @@ from .ecos_study import (
     MATCHED,
     Record,
     accuracy_cell,
+    check_study,
     claim_row,
     extractor_choice_rows,
     id_share,
@@ -221,20 +222,11 @@ class DomainNetStudy:
     noise: float = 0.5
 
     def __post_init__(self) -> None:
-        if len(self.paper_budgets) != len(self.budgets):
-            raise ValueError(f"paper_budgets {self.paper_budgets} must pair with budgets {self.budgets} one to one.")
-        unknown = [c for c in self.cases if c not in CASES] + [m for m in self.methods if m not in BASE_METHODS]
-        unknown += [d for d in self.domains if d not in range(NUM_DOMAINS)]
-        if unknown:
-            raise ValueError(f"unknown cases, methods or client domains {unknown}; cases {CASES}, methods "
-                             f"{BASE_METHODS}, domains 0..{NUM_DOMAINS - 1}.")
+        check_study(self, {"cases": (self.cases, CASES), "methods": (self.methods, BASE_METHODS)}, NUM_DOMAINS,
+                    ("paper_R", self.paper_R))
         if self.train_per_class < 2 or self.test_per_class < 1:
             raise ValueError(f"need train_per_class >= 2 and test_per_class >= 1; got {self.train_per_class}, "
                              f"{self.test_per_class}.")
-        if self.paper_R is not None and (self.paper_R < 1 or self.paper_R == self.ecos.R):
-            raise ValueError(f"paper_R {self.paper_R} must be a positive R other than the study's {self.ecos.R}.")
-        for extractor, options in self.diagnostic_extractors.values():
-            dataclasses.replace(self.ecos, extractor=extractor, extractor_options=options)  # refuses unknown phi
 
     @property
     def client_rows(self) -> int:

@@ -4,6 +4,7 @@ extractors, the run records' per-seed means and cells, the claim rows, the paper
 convention and the phi diagnostic's rows."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,28 @@ DIAGNOSTIC_EXTRACTORS = {
     "hog": ("hog", HOG_OPTIONS),
     "hog_color": ("hog_color", HOG_OPTIONS),
 }
+
+
+def check_study(study: Any, names: dict[str, tuple[list, tuple]], num_domains: int,
+                other_R: tuple[str, int | None] | None = None) -> None:
+    """The checks every ECOS study makes before any work: its ``paper_budgets`` pair one to one
+    with its ``budgets``; every name of each ``names`` entry (``kind: (given, known)``, e.g.
+    ``"methods": (study.methods, BASE_METHODS)``) and every client domain (below
+    ``num_domains``) is known; ``other_R`` (field name, value) is None or a positive R other
+    than the study's; each diagnostic extractor exists."""
+    if len(study.paper_budgets) != len(study.budgets):
+        raise ValueError(f"paper_budgets {study.paper_budgets} must pair with budgets {study.budgets} one to one.")
+    unknown = [n for given, known in names.values() for n in given if n not in known]
+    unknown += [d for d in study.domains if d not in range(num_domains)]
+    if unknown:
+        kinds = ", ".join(f"{kind} {known}" for kind, (_, known) in names.items())
+        raise ValueError(f"unknown {', '.join(names)} or client domains {unknown}; {kinds}, domains 0..{num_domains - 1}.")
+    if other_R is not None:
+        field_name, value = other_R
+        if value is not None and (value < 1 or value == study.ecos.R):
+            raise ValueError(f"{field_name} {value} must be a positive R other than the study's {study.ecos.R}.")
+    for extractor, options in study.diagnostic_extractors.values():
+        dataclasses.replace(study.ecos, extractor=extractor, extractor_options=options)  # refuses unknown phi
 
 
 def default_ecos() -> ECOSSettings:

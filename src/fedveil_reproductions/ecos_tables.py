@@ -90,6 +90,7 @@ from .ecos_study import (
     NUM_CLASSES,
     Record,
     accuracy_cell,
+    check_study,
     claim_row,
     default_ecos,
     extractor_choice_rows,
@@ -145,19 +146,10 @@ class ECOSStudy:
     size: int = 16
 
     def __post_init__(self) -> None:
-        if len(self.paper_budgets) != len(self.budgets):
-            raise ValueError(f"paper_budgets {self.paper_budgets} must pair with budgets {self.budgets} one to one.")
-        unknown = [c for c in self.clouds if c not in CLOUDS] + [m for m in self.methods if m not in BASE_METHODS]
-        unknown += [d for d in self.domains if d not in range(len(DOMAIN_NAMES))]
-        if unknown:
-            raise ValueError(f"unknown clouds, methods or client domains {unknown}; clouds {CLOUDS}, methods "
-                             f"{BASE_METHODS}, domains 0..{len(DOMAIN_NAMES) - 1}.")
+        check_study(self, {"clouds": (self.clouds, CLOUDS), "methods": (self.methods, BASE_METHODS)},
+                    len(DOMAIN_NAMES), ("ablation_R", self.ablation_R))
         if self.ablation_budget is not None and self.ablation_budget not in self.budgets:
             raise ValueError(f"ablation_budget {self.ablation_budget} must be one of the budgets {self.budgets}.")
-        if self.ablation_R is not None and (self.ablation_R < 1 or self.ablation_R == self.ecos.R):
-            raise ValueError(f"ablation_R {self.ablation_R} must be a positive R other than the study's {self.ecos.R}.")
-        for name, (extractor, options) in self.diagnostic_extractors.items():
-            dataclasses.replace(self.ecos, extractor=extractor, extractor_options=options)  # refuses unknown phi
 
     def settings_of(self, method: str) -> ECOSSettings:
         """The ECOS settings of a run's ``method`` (:func:`runs_of`)."""
