@@ -253,6 +253,30 @@ def _noise(
     return noise
 
 
+def _step_noise_(
+    names: list[str], w: dict[str, torch.Tensor], generators: list[RandomSource], coefficients: list[float],
+    workspace: dict,
+) -> None:
+    """``w[name][k] += coefficients[k] * z`` for every parameter, with ``z`` the standard
+    normals :func:`_noise` would draw (the same generators, tensors and order). Each pool
+    thread draws a client's tensor into a small scratch buffer of its own and adds it at
+    once, while it is in cache: no cohort-sized noise buffer is written and read back."""
+    workers = max(1, min(torch.get_num_threads(), len(generators)))
+
+    def fill(worker: int) -> None:
+        scratch = workspace.setdefault(("scratch", worker), {})
+        for row in range(worker, len(generators), workers):
+            for name in names:
+                target = w[name][row]
+                buf = scratch.get(name)
+                if buf is None or buf.shape != target.shape:
+                    buf = scratch[name] = torch.empty_like(target)
+                fill_standard_normal_(buf, generators[row])
+                target.add_(buf, alpha=coefficients[row])
+
+    list(_pool(workers).map(fill, range(workers)))
+
+
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -347,16 +371,18 @@ def private_stacked_gradients(
             clipped = torch.where(private.reshape(-1) > 0, clipped, torch.ones_like(clipped))
         # clip factor and the division by the client's denominator in one scale per example
         factors = clipped * flat_mask / denominator.repeat_interleave(mask.shape[1])
-        noise = _noise(stacked.names, w, generators, {} if workspace is None else workspace)
-        scale = torch.tensor([dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)], dtype=sq.dtype, device=sq.device)
+        workspace = {} if workspace is None else workspace
+        scales = [dp.clip * dp.noise_multiplier / d for dp, d in zip(dps, denominators)]
+        noise = None
         if sgd_lr is None:  # the noisy gradient is built in the noise buffers: scaled noise + clipped sums
+            noise = _noise(stacked.names, w, generators, workspace)
+            scale = torch.tensor(scales, dtype=sq.dtype, device=sq.device)
             targets, alpha = noise, 1.0
             for z in noise.values():
                 z.mul_(scale.view(-1, *([1] * (z.dim() - 1))))
         else:  # w -= lr (scaled noise + clipped sums), in place
             targets, alpha = w, -sgd_lr
-            for name, z in noise.items():
-                w[name].addcmul_(z, scale.view(-1, *([1] * (z.dim() - 1))), value=alpha)
+            _step_noise_(stacked.names, w, generators, [alpha * s for s in scales], workspace)
         for rec, rule in zip(records, rules):
             params = [p for p, _ in rec.module.named_parameters(recurse=False)]
             rule.add_clipped(factors, k, {p: targets[rec.param_name(p)] for p in params}, alpha)
@@ -365,4 +391,4 @@ def private_stacked_gradients(
             for name, r in term.items():
                 targets[name].add_(factor_sums.view(-1, *([1] * (r.dim() - 1))) * r, alpha=alpha)
         loss_sums = losses.detach().reshape(k, -1).sum(1)
-    return (noise if sgd_lr is None else None), loss_sums
+    return noise, loss_sums
