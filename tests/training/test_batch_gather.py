@@ -2,9 +2,11 @@
 packs its training rows) give exactly the batches that copying client by client gives."""
 from __future__ import annotations
 
+import pickle
+
 import torch
 
-from fedveil.data.arrays import ArrayDataset, own_storage, packed, shared_rows
+from fedveil.data.arrays import ArrayDataset, packed, shared_rows
 from fedveil.training.cohort import _BatchGatherer
 from fedveil.training.request import TrainRequest
 
@@ -44,9 +46,10 @@ def test_packed_rows_are_views_of_one_tensor_with_the_same_values():
     # mismatched fields are left alone
     odd = ArrayDataset(torch.randn(2, 3, 3), torch.zeros(2, dtype=torch.long), {"s": torch.zeros(2, dtype=torch.long)})
     assert packed([data[0], odd])[1] is odd
-    # a worker gets the client's rows only, not the pack
-    alone = own_storage(views[1])
+    # pickled (shipped to a worker), a client takes its own rows only, not the pack
+    alone = pickle.loads(pickle.dumps(views[1]))
     assert alone.x.untyped_storage().nbytes() == 1 * 2 * 3 * 4 and torch.equal(alone.x, data[1].x)
+    assert torch.equal(alone.groups["s"], data[1].groups["s"]) and views[1].x._base is not None  # the view is kept
 
 
 def test_packed_and_client_by_client_gathers_agree_with_padding_and_dropouts():

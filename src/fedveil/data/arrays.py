@@ -31,6 +31,15 @@ class ArrayDataset:
     def __len__(self) -> int:
         return len(self.x)
 
+    def __getstate__(self) -> dict:
+        """Pickled with every field in a storage of its own: a row view of a :func:`packed`
+        tensor would otherwise take the whole pack along (shipping one client to a worker)."""
+
+        def own(t: torch.Tensor) -> torch.Tensor:
+            return t if t._base is None else t.clone()
+
+        return {**self.__dict__, "x": own(self.x), "y": own(self.y), "groups": {k: own(v) for k, v in self.groups.items()}}
+
     def subset(self, index: torch.Tensor) -> "ArrayDataset":
         """Rows ``index`` (a LongTensor or bool mask) as a new data set."""
         return ArrayDataset(
@@ -66,7 +75,7 @@ def packed(parts: list[ArrayDataset], device: torch.device | None = None) -> lis
     """
     if not parts:
         return []
-    names = sorted(parts[0].groups)
+    names = list(parts[0].groups)
 
     def fields(p: ArrayDataset) -> list[torch.Tensor]:
         return [p.x, p.y, *(p.groups[g] for g in names)]
@@ -75,7 +84,7 @@ def packed(parts: list[ArrayDataset], device: torch.device | None = None) -> lis
         return t.shape[1:], t.dtype, t.device
 
     kinds = [kind(t) for t in fields(parts[0])]
-    if any(sorted(p.groups) != names or [kind(t) for t in fields(p)] != kinds for p in parts):
+    if any(sorted(p.groups) != sorted(names) or [kind(t) for t in fields(p)] != kinds for p in parts):
         return [_moved(p, device) for p in parts]
     shared = [shared_rows(list(column)) for column in zip(*(fields(p) for p in parts))]
     if all(s is not None for s in shared) and len({tuple(s[1]) for s in shared}) == 1:
@@ -87,24 +96,23 @@ def packed(parts: list[ArrayDataset], device: torch.device | None = None) -> lis
         starts = [sum(len(p) for p in parts[:i]) for i in range(len(parts))]
     if device is not None:
         bases = [b.to(device) for b in bases]
-    out = []
-    for p, start in zip(parts, starts):
-        views = [b.narrow(0, start, len(p)) for b in bases]
-        out.append(ArrayDataset(views[0], views[1], dict(zip(names, views[2:])), p.info))
-    return out
+    return [_rows_of(bases, names, start, len(p), p.info) for p, start in zip(parts, starts)]
 
 
 def packed_rows(data: ArrayDataset, indices: list[torch.Tensor]) -> list[ArrayDataset]:
     """The rows ``indices[k]`` of ``data`` for each part ``k``, copied once into one
     tensor per field of which the parts are row views (:func:`packed`, without a second copy)."""
     whole = data.subset(torch.cat(indices)) if indices else data.subset(torch.zeros(0, dtype=torch.long))
-    out, start = [], 0
-    for idx in indices:
-        n = len(idx)
-        out.append(ArrayDataset(whole.x.narrow(0, start, n), whole.y.narrow(0, start, n),
-                                {k: v.narrow(0, start, n) for k, v in whole.groups.items()}, dict(data.info)))
-        start += n
-    return out
+    names = list(whole.groups)
+    bases = [whole.x, whole.y, *(whole.groups[g] for g in names)]
+    starts = [sum(len(i) for i in indices[:k]) for k in range(len(indices))]
+    return [_rows_of(bases, names, start, len(idx), dict(data.info)) for idx, start in zip(indices, starts)]
+
+
+def _rows_of(bases: list[torch.Tensor], names: list[str], start: int, n: int, info: dict) -> ArrayDataset:
+    """Rows ``[start, start + n)`` of the fields ``bases`` (x, y, then the groups ``names``) as views."""
+    views = [b.narrow(0, start, n) for b in bases]
+    return ArrayDataset(views[0], views[1], dict(zip(names, views[2:])), info)
 
 
 def _moved(p: ArrayDataset, device: torch.device | None) -> ArrayDataset:
@@ -130,12 +138,3 @@ def shared_rows(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] |
         starts.append(offset // row)
     return base, starts
 
-
-def own_storage(data: ArrayDataset) -> ArrayDataset:
-    """``data`` with every field in a storage of its own: a row view of a :func:`packed`
-    tensor would otherwise take the whole pack along when pickled (shipping to a worker)."""
-
-    def own(t: torch.Tensor) -> torch.Tensor:
-        return t if t._base is None else t.clone()
-
-    return ArrayDataset(own(data.x), own(data.y), {k: own(v) for k, v in data.groups.items()}, data.info)

@@ -22,12 +22,12 @@ def auto_executor(model: nn.Module, private: bool, device: torch.device | str = 
     every model the engine can stack is stacked: the H100 run of 2026-11-27 found stacking
     faster than serial in every case it measured (MLP, LeNet, ResNet-8, with and without DP;
     LeNet x10 0.077 s a round against 0.219, ResNet-8 x10 0.27 against 0.65). On the CPU
-    (suite of 2026-11-28) stacking
-    wins for nets without convolutions (MLP x100: 0.50 s a round against 1.61 serial; with DP
-    0.96 against 7.5) and, under DP-SGD, for convolutional nets without normalisation layers
-    (LeNet x10: 7.3 against 11.8); it loses for convolutional nets otherwise (LeNet x100
-    without DP: 31.1 against 22.3; ResNet-8 x100: 26.9 against 18.6, x10 with DP 4.5 against
-    2.5). A model the engine cannot stack is trained serially."""
+    (suite of 2026-11-28) stacking wins for nets without convolutions (MLP x100: 0.50 s a
+    round against 1.61 serial; with DP 0.96 against 7.5) and, under DP-SGD, for convolutional
+    nets without normalisation layers (LeNet x10: 7.3 against 11.8); it loses for
+    convolutional nets otherwise (LeNet x100 without DP: 31.1 against 22.3; ResNet-8 x100:
+    26.9 against 18.6, x10 with DP 4.5 against 2.5). A model the engine cannot stack is
+    trained serially."""
     try:
         StackedModel(model)
         if private:

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
-from ..data.arrays import own_storage
 from ..data.federated import ClientData
 from .device import CPU, dataset_to, to_cpu, to_device
 from .serial import SerialExecutor
@@ -43,18 +42,15 @@ def _shard_payload(task: ClientTask, client_state: State | None) -> dict[str, An
     """What a worker needs to rebuild one client's task (a Generator travels as its state),
     as CPU tensors."""
     return {
-        "client_id": task.client_id, "round": task.round, "data": _client_data_to(task.data, CPU, own=True),
+        "client_id": task.client_id, "round": task.round, "data": _client_data_to(task.data, CPU),
         "generator_state": task.generator.get_state(), "dp": task.dp, "client_state": to_cpu(client_state),
         "privacy_budget": task.privacy_budget,
     }
 
 
-def _client_data_to(data: ClientData, device: torch.device, own: bool = False) -> ClientData:
-    """``data`` on ``device``; ``own``: training rows copied out of the run's packed tensor
-    (:func:`~fedveil.data.arrays.own_storage`), so that pickling sends this client's rows only."""
-    train = dataset_to(data.train, device)
+def _client_data_to(data: ClientData, device: torch.device) -> ClientData:
     return dataclasses.replace(
-        data, train=own_storage(train) if own else train, test=dataset_to(data.test, device),
+        data, train=dataset_to(data.train, device), test=dataset_to(data.test, device),
         val=None if data.val is None else dataset_to(data.val, device),
     )
 

@@ -243,13 +243,12 @@ def _noise(
             buf = workspace[name] = torch.empty_like(w[name])
         noise[name] = buf
 
-    def fill(rows: range) -> None:
+    def fill(worker: int, rows: range) -> None:
         for row in rows:
             for name in names:
                 fill_standard_normal_(noise[name][row], generators[row])
 
-    workers = max(1, min(torch.get_num_threads(), len(generators)))
-    list(_pool(workers).map(fill, [range(i, len(generators), workers) for i in range(workers)]))
+    _over_clients(len(generators), fill)
     return noise
 
 
@@ -261,11 +260,9 @@ def _step_noise_(
     normals :func:`_noise` would draw (the same generators, tensors and order). Each pool
     thread draws a client's tensor into a small scratch buffer of its own and adds it at
     once, while it is in cache: no cohort-sized noise buffer is written and read back."""
-    workers = max(1, min(torch.get_num_threads(), len(generators)))
-
-    def fill(worker: int) -> None:
+    def fill(worker: int, rows: range) -> None:
         scratch = workspace.setdefault(("scratch", worker), {})
-        for row in range(worker, len(generators), workers):
+        for row in rows:
             for name in names:
                 target = w[name][row]
                 buf = scratch.get(name)
@@ -274,7 +271,14 @@ def _step_noise_(
                 fill_standard_normal_(buf, generators[row])
                 target.add_(buf, alpha=coefficients[row])
 
-    list(_pool(workers).map(fill, range(workers)))
+    _over_clients(len(generators), fill)
+
+
+def _over_clients(clients: int, work: Callable[[int, range], None]) -> None:
+    """``work(worker, rows)`` on a pool of one worker per torch thread, worker ``i`` taking the
+    clients ``i, i + workers, ...``: one draw is single-threaded, so the clients are spread."""
+    workers = max(1, min(torch.get_num_threads(), clients))
+    list(_pool(workers).map(work, range(workers), [range(i, clients, workers) for i in range(workers)]))
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
