@@ -35,6 +35,7 @@ from .callbacks import Callback
 from .client_store import ClientStateStore, MemoryClientStore
 from .device import CPU, federated_to, resolve_device
 from .executor import auto_executor, make_executor
+from .vectorized import stacked_chunk_size
 from ..training.local import LocalTrainer, task_loss
 from .run_privacy import RunPrivacy
 from .recorder import DirectoryRecorder, MemoryRecorder, RunRecorder
@@ -168,12 +169,13 @@ def robust_messages_of(config: RunConfig, messages: list[tuple[int, Any]]) -> li
 SMALL_MODEL_PARAMS = 1_000_000  # below: one torch thread (docs/executors.md#threads)
 
 
-def run_threads(threads: int | None, model: nn.Module, default: int) -> int:
-    """The run's torch CPU threads: ``threads`` when set, else 1 for a model of fewer than
-    :data:`SMALL_MODEL_PARAMS` parameters, else ``default`` (torch's)."""
+def run_threads(threads: int | None, model: nn.Module, default: int, copies: int = 1) -> int:
+    """The run's torch CPU threads: ``threads`` when set, else 1 when the kernels compute fewer
+    than :data:`SMALL_MODEL_PARAMS` parameters at once (``copies`` of the model: a stacked
+    cohort's size under the vectorized executor, else 1), else ``default`` (torch's)."""
     if threads is not None:
         return threads
-    return 1 if count_params(model) < SMALL_MODEL_PARAMS else default
+    return 1 if count_params(model) * copies < SMALL_MODEL_PARAMS else default
 
 
 def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
@@ -375,6 +377,14 @@ class Simulation:
         row.update({k: float(np.mean(v)) for k, v in extra.items()})
         return row
 
+    @property
+    def stacked_copies(self) -> int:
+        """How many copies of the model one stacked kernel computes: the cohort (at most one
+        stacked chunk) under the vectorized executor, else 1."""
+        if getattr(self.executor, "name", None) != "vectorized":
+            return 1
+        return min(self.config.federation.clients_per_round, stacked_chunk_size(self.model))
+
     def _client_level_update(self, server_state, messages, round_idx: int):
         """DP-FedAvg: the server sees only the clipped, noised, uniform mean of the updates."""
         template = self.algorithm.global_params(server_state)
@@ -411,9 +421,9 @@ class Simulation:
         """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
         what a run keeps (default: a :class:`MemoryRecorder`); returns the summary.
         ``callbacks`` watch this call only, after :attr:`callbacks`. Torch's CPU threads are
-        set to :func:`run_threads`'s count meanwhile and restored after."""
+        set to :func:`run_threads`'s count (for :attr:`stacked_copies` copies) meanwhile and restored after."""
         before = torch.get_num_threads()
-        torch.set_num_threads(run_threads(self.config.threads, self.model, before))
+        torch.set_num_threads(run_threads(self.config.threads, self.model, before, self.stacked_copies))
         try:
             return self._record(recorder, callbacks)
         finally:
