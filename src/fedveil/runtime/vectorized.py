@@ -23,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
+from .intra_op import use_one_intra_op_thread
 from .serial import with_dp_trainings
 from ..engine import StackedModel, UnsupportedModelError
 from ..training.cohort import stacking_key, train_stacked
@@ -112,6 +113,7 @@ class _Workers:
         return finished
 
     def _serve(self) -> None:
+        use_one_intra_op_thread()  # a client's own tensors are small; the stacked kernels keep the cores
         while True:
             self.jobs.get()()
             with self.lock:
