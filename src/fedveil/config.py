@@ -364,18 +364,20 @@ class RunConfig(Section):
     """A whole run: every section above, the seed, the executor and the device (docs/config.md)."""
 
     seed: int = Field(0, description="fixes partition, client schedule, initialisation and all noise")
-    executor: Literal["serial", "vectorized", "ray", "auto"] = Field(
-        "auto", description="how a round's cohort is trained: one client after another, stacked (fast), on Ray, or "
-        "auto: stacked on a GPU; on the CPU stacked for nets without convolutions (and convolutional nets without "
-        "normalisation under DP-SGD), else serial (docs/executors.md#auto); a deployed run equals its simulation bit "
-        "for bit with serial"
+    executor: Literal["serial", "threads", "vectorized", "ray", "auto"] = Field(
+        "auto", description="how a round's cohort is trained: one client after another, several side by side on "
+        "worker threads (one per CPU thread, see threads), stacked (fast), on Ray, or auto: stacked on a GPU; on the "
+        "CPU stacked for nets without convolutions (and convolutional nets without normalisation under DP-SGD), else "
+        "threads (serial on one CPU thread) (docs/executors.md#auto); a deployed run equals its simulation bit for "
+        "bit with serial"
     )
     device: str = Field(
         "auto", description="where the run computes: auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
     )
     threads: int | None = Field(
-        None, ge=1, description="torch CPU threads while the run trains; None: 1 for models under 1M parameters "
-        "(their kernels are too small to split, and extra threads only contend), else torch's default"
+        None, ge=1, description="torch CPU threads while the run trains (the threads executor's workers, each on one "
+        "thread); None: 1 when the kernels compute under 1M parameters at once (a model, or a stacked cohort of "
+        "copies: small kernels do not split, and extra threads only contend), else torch's default"
     )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)

@@ -1,8 +1,8 @@
 """Every registered algorithm gives the same numbers on every executor, with and without DP.
 
 The list comes from the registry, so a new algorithm is covered the moment it registers.
-Serial is the reference; vectorized must agree on the final server state, every client's
-state and the per-round metrics (epsilons included). Runs are compared in float64
+Serial is the reference; threads and vectorized must agree on the final server state, every
+client's state and the per-round metrics (epsilons included). Runs are compared in float64
 (``checkpoint_in_float64``, as the Split-Mix and example tests are), so a float32 near-tie
 cannot split the executors and the tolerance is tight.
 """
@@ -59,7 +59,7 @@ def _rows_close(a: list[dict], b: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("name, level", _cases())
-def test_serial_and_vectorized_agree(name, level):
+def test_serial_threads_and_vectorized_agree(name, level):
     sections = {
         "algorithm": {"name": name},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
@@ -71,11 +71,13 @@ def test_serial_and_vectorized_agree(name, level):
     }
     sections = algorithm_sections(name, sections)
     results = {executor: checkpoint_in_float64(tiny_config(**merge(sections, {"executor": executor})))
-               for executor in ("serial", "vectorized")}
-    (rows_s, ck_s), (rows_v, ck_v) = results["serial"], results["vectorized"]
-    _rows_close(rows_s, rows_v)
-    _assert_tree_close(ck_s["server"], ck_v["server"], "server")
-    _assert_tree_close(ck_s["clients"], ck_v["clients"], "clients")
+               for executor in ("serial", "threads", "vectorized")}
+    rows_s, ck_s = results["serial"]
+    for executor in ("threads", "vectorized"):
+        rows, ck = results[executor]
+        _rows_close(rows_s, rows)
+        _assert_tree_close(ck_s["server"], ck["server"], f"{executor}: server")
+        _assert_tree_close(ck_s["clients"], ck["clients"], f"{executor}: clients")
 
 
 def test_every_algorithm_is_covered_with_and_without_dp():

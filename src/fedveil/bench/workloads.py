@@ -152,7 +152,9 @@ def cohort_tensors(w: Workload, clients: int, seed: int = 0) -> tuple[torch.Tens
 
 # --- suites ------------------------------------------------------------------------------
 
-SYSTEMS = ("fedveil-auto", "fedveil-serial", "fedveil-vectorized", "plain-loop", "centralised", "flower", "opacus")
+SYSTEMS = (
+    "fedveil-auto", "fedveil-serial", "fedveil-threads", "fedveil-vectorized", "plain-loop", "centralised", "flower", "opacus",
+)
 COHORTS = (10, 100, 1000)
 FULL_ROUNDS = {10: 5, 100: 3, 1000: 2}  # measured rounds by cohort size
 # --quick (about a minute on 2 cores): (workload, dp, local steps, measured rounds, systems)

@@ -1,7 +1,8 @@
 """Executors run one round's cohort of client updates. ``serial`` is the readable reference;
+``threads`` trains clients side by side on worker threads (:mod:`fedveil.runtime.threaded`);
 ``vectorized`` stacks the cohort's local training (:mod:`fedveil.runtime.vectorized`);
 ``ray`` shards the cohort over Ray workers (:mod:`fedveil.runtime.ray_executor`); ``auto``
-picks serial or vectorized for the model by a rule measured on the benchmark suite
+picks serial, threads or vectorized for the model by a rule measured on the benchmark suite
 (:func:`auto_executor`)."""
 from __future__ import annotations
 
@@ -12,47 +13,55 @@ from ..engine import StackedModel, UnsupportedModelError
 from ..training.private_stacked import check_private_stacking
 from .serial import SerialExecutor
 
-EXECUTORS = ("serial", "vectorized", "ray", "auto")
+EXECUTORS = ("serial", "threads", "vectorized", "ray", "auto")
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def auto_executor(model: nn.Module, private: bool, device: torch.device | str = "cpu") -> str:
-    """``vectorized`` or ``serial`` for ``model`` (``private``: example-level DP-SGD) on
-    ``device``, by the rule the benchmark records support (docs/executors.md#auto). On a GPU
-    every model the engine can stack is stacked: the H100 run of 2026-11-27 found stacking
-    faster than serial in every case it measured (MLP, LeNet, ResNet-8, with and without DP;
-    LeNet x10 0.077 s a round against 0.219, ResNet-8 x10 0.27 against 0.65). On the CPU
-    (suite of 2026-11-28) stacking wins for nets without convolutions (MLP x100: 0.50 s a
-    round against 1.61 serial; with DP 0.96 against 7.5) and, under DP-SGD, for convolutional
-    nets without normalisation layers (LeNet x10: 7.3 against 11.8); it loses for
-    convolutional nets otherwise (LeNet x100 without DP: 31.1 against 22.3; ResNet-8 x100:
-    26.9 against 18.6, x10 with DP 4.5 against 2.5). A model the engine cannot stack is
-    trained serially."""
+def auto_executor(model: nn.Module, private: bool, device: torch.device | str = "cpu", workers: int = 1) -> str:
+    """``vectorized``, ``threads`` or ``serial`` for ``model`` (``private``: example-level
+    DP-SGD) on ``device`` with ``workers`` CPU threads, by the rule the benchmark records
+    support (docs/executors.md#auto). On a GPU every model the engine can stack is stacked:
+    the H100 run of 2026-11-27 found stacking faster than serial in every case it measured
+    (MLP, LeNet, ResNet-8, with and without DP; LeNet x10 0.077 s a round against 0.219,
+    ResNet-8 x10 0.27 against 0.65). On the CPU (suite of 2026-11-28) stacking wins for nets
+    without convolutions (MLP x100: 0.50 s a round against 1.61 serial; with DP 0.96 against
+    7.5) and, under DP-SGD, for convolutional nets without normalisation layers (LeNet x10:
+    7.3 against 11.8); it loses for convolutional nets otherwise (LeNet x100 without DP: 31.1
+    against 22.3; ResNet-8 x100: 26.9 against 18.6, x10 with DP 4.5 against 2.5). Those, and
+    models the engine cannot stack, train on ``workers`` threads side by side when there are
+    two or more (ResNet-8 x10 with DP: 1.96 against 2.82 serial), else serially."""
+    on_gpu = torch.device(device).type == "cuda"
+    side_by_side = "threads" if workers >= 2 and not on_gpu else "serial"
     try:
         StackedModel(model)
         if private:
             check_private_stacking(model)
     except UnsupportedModelError:
-        return "serial"
-    if torch.device(device).type == "cuda":
+        return side_by_side
+    if on_gpu:
         return "vectorized"
     convolutional = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
     normalised = any(isinstance(m, NORM_LAYERS) for m in model.modules())
     if not convolutional or (private and not normalised):
         return "vectorized"
-    return "serial"
+    return side_by_side
 
 
-def make_executor(name: str, ray_config=None, device: torch.device | str = "cpu"):
+def make_executor(name: str, ray_config=None, device: torch.device | str = "cpu", workers: int = 1):
     """The executor called ``name``; ``ray_config`` (a :class:`fedveil.config.RayConfig`) for Ray.
-    ``device`` is the run's: serial and vectorized compute wherever the states and data are;
-    Ray ships CPU copies and needs to know where its workers should compute."""
+    ``device`` is the run's: serial, threads and vectorized compute wherever the states and
+    data are; Ray ships CPU copies and needs to know where its workers should compute.
+    ``workers``: the threads executor's threads."""
     if name == "auto":
         raise ValueError(
             "executor 'auto' is resolved for the model first: make_executor(auto_executor(model, private, device))"
         )
     if name == "serial":
         return SerialExecutor()
+    if name == "threads":
+        from .threaded import ThreadsExecutor
+
+        return ThreadsExecutor(workers)
     if name == "vectorized":
         from .vectorized import VectorizedExecutor
 

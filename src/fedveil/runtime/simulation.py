@@ -229,10 +229,10 @@ class Simulation:
 
     def __post_init__(self) -> None:
         if self.executor is None:
-            name = self.config.executor
+            name, workers = self.config.executor, self.config.threads or torch.get_num_threads()
             if name == "auto":
-                name = auto_executor(self.model, private=self.config.privacy.level == "example", device=self.device)
-            self.executor = make_executor(name, self.config.ray, self.device)
+                name = auto_executor(self.model, self.config.privacy.level == "example", self.device, workers)
+            self.executor = make_executor(name, self.config.ray, self.device, workers)
         if hasattr(self.executor, "probe"):  # the vectorized executor says now whether it can stack the model
             self.executor.probe(self.model, private=self.config.privacy.level == "example")
 
