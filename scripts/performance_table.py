@@ -1,6 +1,6 @@
 """Print the README's performance table from benchmark suite records.
 
-    python scripts/performance_table.py benchmarks/results/suite_2026-11-28.json
+    python scripts/performance_table.py benchmarks/results/suite_2026-11-28b.json
 
 One row per (workload, DP or not, cohort size) found in the records, one column per
 system (seconds per round, the median of the measured rounds); `-` where a system did not
@@ -17,6 +17,7 @@ from pathlib import Path
 COLUMNS = [
     ("fedveil-auto", "fedveil auto (default)"),
     ("fedveil-vectorized", "vectorized"),
+    ("fedveil-threads", "threads"),
     ("fedveil-serial", "serial"),
     ("plain-loop", "plain PyTorch loop"),
     ("opacus", "Opacus"),

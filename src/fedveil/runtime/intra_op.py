@@ -4,7 +4,8 @@ The vectorized executor runs each client's ``client_update`` in a thread of its 
 the stacked kernels run on the executor's thread. A client thread's tensors are one
 client's (a delta, a message): too small to split across cores. Yet each thread that
 runs a parallel kernel keeps an OpenMP team of its own, so a cohort of 100 client threads
-wakes 100 teams of workers that contend with the stacked kernels for the cores.
+wakes 100 teams of workers that contend with the stacked kernels for the cores. The
+threads executor trains one client per worker thread, each on one core.
 ``torch.set_num_threads`` would also change the count of every thread started later; the
 OpenMP runtime's ``omp_set_num_threads`` sets it for the calling thread alone.
 """
