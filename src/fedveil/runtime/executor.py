@@ -23,13 +23,14 @@ def auto_executor(model: nn.Module, private: bool, device: torch.device | str = 
     support (docs/executors.md#auto). On a GPU every model the engine can stack is stacked:
     the H100 run of 2026-11-27 found stacking faster than serial in every case it measured
     (MLP, LeNet, ResNet-8, with and without DP; LeNet x10 0.077 s a round against 0.219,
-    ResNet-8 x10 0.27 against 0.65). On the CPU (suite of 2026-11-28) stacking wins for nets
-    without convolutions (MLP x100: 0.50 s a round against 1.61 serial; with DP 0.96 against
-    7.5) and, under DP-SGD, for convolutional nets without normalisation layers (LeNet x10:
-    7.3 against 11.8); it loses for convolutional nets otherwise (LeNet x100 without DP: 31.1
-    against 22.3; ResNet-8 x100: 26.9 against 18.6, x10 with DP 4.5 against 2.5). Those, and
-    models the engine cannot stack, train on ``workers`` threads side by side when there are
-    two or more (ResNet-8 x10 with DP: 1.96 against 2.82 serial), else serially."""
+    ResNet-8 x10 0.27 against 0.65). On the CPU (2 cores, suite_2026-11-28b) stacking wins for
+    nets without convolutions (MLP x100: 0.36 s a round against 0.96 serial; with DP 1.17
+    against 7.8) and, under DP-SGD, for convolutional nets without normalisation layers
+    (LeNet x10: 6.7 against 12.7); it loses for convolutional nets otherwise (LeNet x100
+    without DP: 25.4 against 21.0; ResNet-8 x100: 24.4 against 16.7, x10 with DP 4.4 against
+    3.1). Those, and models the engine cannot stack, train on ``workers`` threads side by side
+    when there are two or more (LeNet x100: 18.0; ResNet-8 x100: 12.3, x10 with DP 2.1),
+    else serially."""
     on_gpu = torch.device(device).type == "cuda"
     side_by_side = "threads" if workers >= 2 and not on_gpu else "serial"
     try:
