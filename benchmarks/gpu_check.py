@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu_check"
 CUDA_TEST_FILES = ("tests/runtime/test_cuda.py", "tests/runtime/test_device.py")
 QUICKSTART = "examples/quickstart.toml"
-SUMMARY_KEYS = ("device", "global_test_accuracy", "epsilon", "delta", "rounds", "wall_time_s")
+SUMMARY_KEYS = ("device", "executor", "global_test_accuracy", "epsilon", "delta", "rounds", "wall_time_s")
 
 
 def log(message: str) -> None:
@@ -112,20 +112,24 @@ def import_fedveil_bench():
 
 LARGE_COHORT = 1000  # from this cohort size on, only LARGE_SYSTEMS run (the others took over 28 s a case)
 LARGE_SYSTEMS = ["fedveil-vectorized", "centralised"]
+# Below it: the suite's systems less the threads executor (auto never picks it on CUDA) and
+# auto itself (it resolves to the vectorized executor on CUDA for every suite workload:
+# tests/runtime/test_cuda.py), so that the budget reaches more cohorts.
+GPU_SYSTEMS = ["fedveil-serial", "fedveil-vectorized", "plain-loop", "centralised", "flower", "opacus"]
 
 
 def run_bench(device: str, workloads: list[str], cohorts: list[int], rounds: int | None, case_timeout: float,
               budget_s: float, path: Path) -> dict[str, Any]:
     """The suite on ``device``, one cohort size at a time (smallest first) under ``budget_s``;
     ``path`` is rewritten after each cohort size. Cohorts of :data:`LARGE_COHORT` clients and
-    more run :data:`LARGE_SYSTEMS` only: on the first H100 run the serial executor, the plain
-    loop and Opacus did not finish a case in 28 s there."""
+    more run :data:`LARGE_SYSTEMS` only (on the first H100 run the serial executor, the plain
+    loop and Opacus did not finish a case in 28 s there), smaller ones :data:`GPU_SYSTEMS`."""
     harness = import_fedveil_bench()
     deadline, records = time.monotonic() + budget_s, []
     payload: dict[str, Any] = {"machine": harness.machine_info(device), "quick": False, "budget_s": round(budget_s)}
     for clients in sorted(cohorts):
         log(f"bench: {', '.join(workloads)} at {clients} clients")
-        systems = LARGE_SYSTEMS if clients >= LARGE_COHORT else None
+        systems = LARGE_SYSTEMS if clients >= LARGE_COHORT else GPU_SYSTEMS
         records += harness.run_suite(
             False, None, systems, workloads=workloads, cohorts=[clients], rounds=rounds, timeout_s=case_timeout,
             echo=None, device=device, budget_s=max(0.0, deadline - time.monotonic()),

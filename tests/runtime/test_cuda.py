@@ -1,4 +1,4 @@
-"""On a CUDA machine: every algorithm, both executors, both DP levels and a resume across
+"""On a CUDA machine: every algorithm, the serial, threads and vectorized executors, both DP levels and a resume across
 devices run on the GPU and agree with the CPU. Marked ``cuda`` (``pytest -m cuda``, run by
 ``benchmarks/gpu_check.py``); skipped where CUDA is absent, so the default run passes
 without a GPU.
@@ -47,7 +47,7 @@ def cpu_and_cuda(config_sections: dict) -> tuple[dict, dict, Simulation, MemoryR
     return cpu, sim.record(recorder), sim, recorder
 
 
-@pytest.mark.parametrize("executor", ["serial", "vectorized"])
+@pytest.mark.parametrize("executor", ["serial", "threads", "vectorized"])
 @pytest.mark.parametrize("algorithm", ALGORITHMS.names())
 def test_every_algorithm_trains_on_the_gpu_like_on_the_cpu(algorithm, executor):
     sections = algorithm_sections(algorithm, {"executor": executor, "federation": {"rounds": 2}})
@@ -60,7 +60,7 @@ def test_every_algorithm_trains_on_the_gpu_like_on_the_cpu(algorithm, executor):
     assert on_device(recorder.load_checkpoint(sim.device)["server"], sim.device) == []
 
 
-@pytest.mark.parametrize("executor", ["serial", "vectorized"])
+@pytest.mark.parametrize("executor", ["serial", "threads", "vectorized"])
 @pytest.mark.parametrize("privacy", [EXAMPLE_DP, CLIENT_DP], ids=["example", "client"])
 def test_dp_on_the_gpu_spends_what_the_cpu_spends(executor, privacy):
     sections = {"executor": executor, "federation": {"rounds": 3}, "privacy": privacy}
@@ -80,6 +80,13 @@ def test_a_cnn_with_dp_sgd_trains_on_the_gpu(executor):
     assert gpu["epsilon"] == cpu["epsilon"]
     losses = [row["train_loss"] for row in recorder.rows if "train_loss" in row]
     assert all(math.isfinite(x) for x in losses)
+
+
+def test_auto_stacks_on_the_gpu():
+    """``executor = "auto"`` (the default) picks the vectorized executor on CUDA, with and without DP-SGD."""
+    for privacy in ({"level": "none"}, EXAMPLE_DP):
+        sim = Simulation.from_config(tiny_config(device="cuda", executor="auto", federation={"rounds": 1}, privacy=privacy))
+        assert sim.record()["executor"] == "vectorized"
 
 
 def test_a_gpu_run_resumes_on_the_cpu(tmp_path):
