@@ -376,8 +376,9 @@ class RunConfig(Section):
     )
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads while the run trains (the threads executor's workers, each on one "
-        "thread); None: 1 when the kernels compute under 1M parameters at once (a model, or a stacked cohort of "
-        "copies: small kernels do not split, and extra threads only contend), else torch's default"
+        "thread); None: 1 when a local step computes under 32M multiply-accumulates (MACs an example x batch "
+        "size x the stacked cohort's copies: small kernels do not split, and extra threads only contend), else "
+        "torch's default"
     )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)

@@ -88,7 +88,8 @@ def timed(rounds: int, one_round: Callable[[int], None], device: torch.device | 
 
 
 def run_fedveil(case: Case, executor: str) -> list[float]:
-    """``Simulation.train_round`` of fedveil with ``executor`` (data built before timing)."""
+    """``Simulation.train_round`` of fedveil with ``executor`` (data built before timing), on
+    the torch threads a run of the same config trains with."""
     from ..errors import ConfigError
     from ..config import validate
     from ..runtime import Simulation
@@ -101,7 +102,8 @@ def run_fedveil(case: Case, executor: str) -> list[float]:
         raise
     sim = Simulation.from_config(config)  # data and model moved to the run's device here, before timing
     state = sim.fresh_state()
-    return timed(case.warmup + case.rounds, lambda r: sim.train_round(state, r), sim.device)
+    with sim.training_threads():  # the threads `fedveil run` trains with
+        return timed(case.warmup + case.rounds, lambda r: sim.train_round(state, r), sim.device)
 
 
 def fedveil_executor_available(executor: str) -> str | None:

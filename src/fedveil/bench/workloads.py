@@ -126,6 +126,8 @@ def fedveil_config(case: Case, executor: str) -> dict[str, Any]:
         "client": {"steps": w.steps, "batch_size": w.batch, "lr": w.lr},
         "federation": {"rounds": case.warmup + case.rounds, "clients_per_round": case.clients},
     }
+    if case.threads is not None:  # the case's thread count, not the run's rule
+        raw["threads"] = case.threads
     if case.dp:
         raw["privacy"] = {
             "level": "example", "clip": CLIP, "noise_multiplier": NOISE_MULTIPLIER, "batch_sampling": "shuffle",

@@ -37,6 +37,14 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     Measured with forward hooks on a batch of 2 in eval mode (batch-average BN needs more
     than one row), divided by 2; the input is made on the device of the model's parameters.
     """
+    first = next(model.parameters(), None)
+    device, dtype = (None, None) if first is None else (first.device, first.dtype)
+    return macs_per_example(model, torch.zeros(_BATCH, *input_shape, device=device, dtype=dtype))
+
+
+def macs_per_example(model: nn.Module, rows: torch.Tensor) -> int:
+    """:func:`count_macs`'s count measured on the examples ``rows`` (a batch on the model's
+    device, e.g. token ids, which zeros of the parameters' dtype cannot stand for), per example."""
     total = 0
 
     def hook(module: nn.Module, _inputs: tuple, output: torch.Tensor) -> None:
@@ -45,16 +53,13 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
 
     layers = [m for m in model.modules() if isinstance(m, (_ConvNd, nn.Linear))]
     handles = [m.register_forward_hook(hook) for m in layers]
-    first = next(model.parameters(), None)
-    device, dtype = (None, None) if first is None else (first.device, first.dtype)
-    x = torch.zeros(_BATCH, *input_shape, device=device, dtype=dtype)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            model(x)
+            model(rows)
     finally:
         model.train(was_training)
         for handle in handles:
             handle.remove()
-    return total // _BATCH
+    return total // len(rows)

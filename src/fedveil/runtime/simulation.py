@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,7 +30,7 @@ from ..config import RunConfig
 from .dataset import build_dataset
 from ..data.federated import ClientData, FederatedDataset
 from ..models import build_model
-from ..models.complexity import count_params
+from ..models.complexity import count_params, macs_per_example
 from ..params import Params
 from ..privacy.randomness import NoiseSource
 from .callbacks import Callback
@@ -166,16 +168,28 @@ def robust_messages_of(config: RunConfig, messages: list[tuple[int, Any]]) -> li
         raise ConfigError(f"federation.aggregation: {err}") from None
 
 
-SMALL_MODEL_PARAMS = 1_000_000  # below: one torch thread (docs/executors.md#threads)
+SMALL_STEP_MACS = 32_000_000  # below: one torch thread (docs/executors.md#threads); 1 M parameters x a batch of 32
 
 
-def run_threads(threads: int | None, model: nn.Module, default: int, copies: int = 1) -> int:
-    """The run's torch CPU threads: ``threads`` when set, else 1 when the kernels compute fewer
-    than :data:`SMALL_MODEL_PARAMS` parameters at once (``copies`` of the model: a stacked
-    cohort's size under the vectorized executor, else 1), else ``default`` (torch's)."""
+def run_threads(threads: int | None, step_macs: int, default: int) -> int:
+    """The run's torch CPU threads: ``threads`` when set, else 1 when one training step's
+    kernels compute fewer than :data:`SMALL_STEP_MACS` multiply-accumulates (see
+    :meth:`Simulation.step_macs`), else ``default`` (torch's)."""
     if threads is not None:
         return threads
-    return 1 if count_params(model) * copies < SMALL_MODEL_PARAMS else default
+    return 1 if step_macs < SMALL_STEP_MACS else default
+
+
+def example_work(model: nn.Module, rows: torch.Tensor) -> int:
+    """Multiply-accumulates one example costs the model's forward: its convolutions' and
+    linear layers' (measured on ``rows``), at least one per parameter (each weight is used
+    once: recurrent cells, which the count leaves out, and models whose forward these rows
+    cannot drive alone)."""
+    try:
+        macs = macs_per_example(model, rows)
+    except (RuntimeError, TypeError, ValueError, IndexError):  # e.g. a model fed by a trainer's input_fn
+        macs = 0
+    return max(macs, count_params(model))
 
 
 def run_schedule(config: RunConfig, num_clients: int) -> list[np.ndarray]:
@@ -421,13 +435,31 @@ class Simulation:
         """Train all rounds (those after ``recorder``'s last checkpoint), handing ``recorder``
         what a run keeps (default: a :class:`MemoryRecorder`); returns the summary.
         ``callbacks`` watch this call only, after :attr:`callbacks`. Torch's CPU threads are
-        set to :func:`run_threads`'s count (for :attr:`stacked_copies` copies) meanwhile and restored after."""
-        before = torch.get_num_threads()
-        torch.set_num_threads(run_threads(self.config.threads, self.model, before, self.stacked_copies))
-        try:
+        set by :meth:`training_threads` meanwhile."""
+        with self.training_threads():
             return self._record(recorder, callbacks)
+
+    @contextmanager
+    def training_threads(self) -> Iterator[int]:
+        """Torch's CPU threads set to :func:`run_threads`'s count for this run (yielded) inside
+        the block, the caller's restored after: what :meth:`record` trains with, and what the
+        benchmark times :meth:`train_round` with."""
+        before = torch.get_num_threads()
+        threads = run_threads(self.config.threads, self.step_macs, before)
+        torch.set_num_threads(threads)
+        try:
+            yield threads
         finally:
             torch.set_num_threads(before)
+
+    @property
+    def step_macs(self) -> int:
+        """Multiply-accumulates one local step's kernels compute: :func:`example_work` of the
+        model (on two training rows) x the batch size (full batch: the largest client's rows)
+        x :attr:`stacked_copies`."""
+        train = max((c.train for c in self.data.clients), key=len)
+        batch = self.config.client.batch_size or len(train)
+        return example_work(self.model, train.x[:2]) * batch * self.stacked_copies
 
     def _record(self, recorder: RunRecorder | None, callbacks: Sequence[Callback]) -> dict[str, Any]:
         recorder = MemoryRecorder() if recorder is None else recorder
