@@ -293,6 +293,12 @@ LINEAR_STACKS = {  # name -> (model in float64, loss, make y)
         lambda n: torch.randn(n, 2, dtype=torch.float64),
     ),
     "one layer": (lambda: nn.Sequential(nn.Linear(7, 3)), F.cross_entropy, lambda n: torch.randint(0, 3, (n,))),
+    "the model zoo's mlp (Flatten first), CE": (
+        lambda: build_model("mlp", (7,), 3, hidden=(6, 5)), F.cross_entropy, lambda n: torch.randint(0, 3, (n,)),
+    ),
+    "the model zoo's linear model, CE": (
+        lambda: build_model("linear", (7,), 3), F.cross_entropy, lambda n: torch.randint(0, 3, (n,)),
+    ),
 }
 
 
@@ -329,6 +335,43 @@ def test_linear_stack_closed_form_equals_the_generic_path_in_float64(name, z, pr
     assert out.loss == pytest.approx(float(losses.mean()), rel=1e-12)
 
 
+def test_linear_stack_closed_form_flattens_image_rows_like_the_generic_path():
+    """An MLP on (1, 4, 3) images: its leading Flatten acts on each row alone, so the closed
+    form applies to the flattened rows and gives the vmap path's gradient."""
+    torch.manual_seed(2)
+    model = build_model("mlp", (1, 4, 3), 3, hidden=(8,)).double()
+    params = params_of(model)
+    x, y = torch.randn(16, 1, 4, 3, dtype=torch.float64), torch.randint(0, 3, (16,))
+    assert linear_stack(model, params) is not None
+    expected, _, norms = generic_private_gradient(model, params, x, y, F.cross_entropy, 0.3, 1.1, 16, 7)
+    assert (norms > 0.3).any()  # some rows clipped
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dp_sgd, "per_example_grads", None)
+        out = private_gradient(model, params, x, y, F.cross_entropy, clip=0.3, noise_multiplier=1.1, denominator=16,
+                               generator=torch.Generator().manual_seed(7))
+    for k in params:
+        torch.testing.assert_close(out.grad[k], expected[k], rtol=0, atol=1e-10)
+
+
+def test_a_linear_stack_without_flatten_keeps_multi_axis_rows_on_the_generic_path():
+    """nn.Linear on (B, T, features) rows shares its weight across T positions: no closed form."""
+    model = nn.Sequential(nn.Linear(3, 2)).double()
+    params = params_of(model)
+    x, y = torch.randn(4, 5, 3, dtype=torch.float64), torch.randn(4, 5, 2, dtype=torch.float64)
+    calls = []
+    real = dp_sgd.per_example_grads
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dp_sgd, "per_example_grads", spy)
+        private_gradient(model, params, x, y, F.mse_loss, clip=1.0, noise_multiplier=0.0, denominator=4,
+                         generator=torch.Generator())
+    assert calls == [1]
+
+
 def test_linear_stack_closed_form_in_float32_and_under_no_grad():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4))
@@ -349,7 +392,8 @@ class _Stack(nn.Sequential):
 @pytest.mark.parametrize(
     "model",
     [
-        build_model("mlp", (1, 2, 3), 3, hidden=(4,)),  # Flatten first
+        nn.Sequential(nn.Flatten(start_dim=2), nn.Linear(3, 3)),  # keeps a position axis
+        nn.Sequential(nn.Linear(6, 4), nn.Flatten(), nn.Linear(4, 3)),  # Flatten not first
         nn.Sequential(nn.Linear(6, 4), nn.LayerNorm(4), nn.Linear(4, 3)),
         nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.5), nn.Linear(4, 3)),
         nn.Sequential(nn.Linear(6, 4), nn.ReLU(inplace=True), nn.Linear(4, 3)),
@@ -357,7 +401,7 @@ class _Stack(nn.Sequential):
         _Stack(nn.Linear(6, 3)),  # a subclass may change forward
         nn.Linear(6, 3),
     ],
-    ids=["mlp-with-flatten", "layernorm", "dropout", "inplace-relu", "conv", "subclass", "bare-linear"],
+    ids=["partial-flatten", "inner-flatten", "layernorm", "dropout", "inplace-relu", "conv", "subclass", "bare-linear"],
 )
 def test_other_models_are_not_linear_stacks(model):
     assert linear_stack(model, params_of(model)) is None

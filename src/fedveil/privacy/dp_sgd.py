@@ -134,13 +134,21 @@ def _scale(norms: torch.Tensor, clip: float) -> torch.Tensor:
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Softplus, nn.Identity)
 
 
+def flattens_rows(module: nn.Module) -> bool:
+    """Whether ``module`` is an ``nn.Flatten`` of everything but the batch axis (each row alone)."""
+    return type(module) is nn.Flatten and module.start_dim == 1 and module.end_dim == -1
+
+
 def linear_stack(model: nn.Module, params: Params) -> list[tuple[str, nn.Module]] | None:
     """The layers of ``model`` if it is a plain ``nn.Sequential`` of ``nn.Linear`` layers and
-    :data:`ELEMENTWISE` activations (not in place) whose parameters are exactly ``params``, else None."""
+    :data:`ELEMENTWISE` activations (not in place), optionally after a leading row-wise
+    ``nn.Flatten`` (the model zoo's ``mlp`` and ``linear``), whose parameters are exactly
+    ``params``, else None."""
     if type(model) is not nn.Sequential:  # a subclass may change the forward
         return None
     layers = list(model.named_children())
-    if not all(type(m) is nn.Linear or (type(m) in ELEMENTWISE and not getattr(m, "inplace", False)) for _, m in layers):
+    body = layers[1:] if layers and flattens_rows(layers[0][1]) else layers
+    if not all(type(m) is nn.Linear or (type(m) in ELEMENTWISE and not getattr(m, "inplace", False)) for _, m in body):
         return None
     if not layers or set(params) != {name for name, _ in model.named_parameters()}:
         return None
@@ -180,7 +188,8 @@ def linear_stack_grads(
     layers: list[tuple[str, nn.Module]], params: Params, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn
 ) -> tuple[LinearStackGrads, torch.Tensor]:
     """Factored per-example gradients (:class:`LinearStackGrads`) and per-example losses ``(B,)``
-    of a :func:`linear_stack` on rows ``x`` ``(B, features)``. No layer mixes rows, so one
+    of a :func:`linear_stack` on rows ``x`` (``(B, features)``, or any shape after a leading
+    ``nn.Flatten``). No layer mixes rows, so one
     backward pass of the summed per-example losses gives every ``delta_n = dL_n/dz_n``."""
     a, inputs, outputs = x.detach(), {}, {}
     with torch.enable_grad():
@@ -249,11 +258,14 @@ def private_gradient(
     ``noise / denominator``. With ``private_rows``, only the first ``private_rows`` rows
     are private and clipped; the others are public and enter the sum unclipped (their
     influence needs no bound), so the noise still covers exactly the private rows.
-    A :func:`linear_stack` on ``(B, features)`` rows without ``extra_grad`` gets the same
-    gradient in closed form (:class:`LinearStackGrads`), without per-example gradients.
+    A :func:`linear_stack` on ``(B, features)`` rows (or rows of any shape that it flattens
+    first) without ``extra_grad`` gets the same gradient in closed form
+    (:class:`LinearStackGrads`), without per-example gradients.
     """
     checks.positive("denominator", denominator)
-    layers = linear_stack(model, params) if extra_grad is None and x.dim() == 2 else None
+    layers = linear_stack(model, params) if extra_grad is None else None
+    if layers is not None and x.dim() != 2 and not flattens_rows(layers[0][1]):
+        layers = None  # a Linear on (B, T, features) rows shares its weight across positions
     if len(x) == 0:
         summed = {k: torch.zeros_like(v) for k, v in params.items()}
         loss_sum = 0.0
