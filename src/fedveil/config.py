@@ -345,7 +345,9 @@ class RayConfig(Section):
 
     address: str | None = Field(None, description="Ray cluster address (e.g. ray://head:10001); none starts Ray locally")
     workers: int = Field(2, ge=1, description="shards per round (one Ray task each); local Ray gets this many CPUs")
-    inner: Literal["serial", "vectorized"] = Field("vectorized", description="how a worker trains its shard")
+    inner: Literal["serial", "threads", "vectorized"] = Field(
+        "vectorized", description="how a worker trains its shard (threads: one client per torch thread of the worker)"
+    )
 
 
 class LogConfig(Section):

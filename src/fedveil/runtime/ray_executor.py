@@ -25,6 +25,7 @@ from ..algorithms.base import Algorithm, ClientResult, ClientTask, State
 from ..data.federated import ClientData
 from .device import CPU, dataset_to, to_cpu, to_device
 from .serial import SerialExecutor
+from .threaded import ThreadsExecutor
 from .vectorized import VectorizedExecutor
 
 
@@ -83,9 +84,11 @@ def _inner_executor(name: str):
     """The executor a worker runs its shard with (``ray.inner``)."""
     if name == "serial":
         return SerialExecutor()
+    if name == "threads":
+        return ThreadsExecutor(torch.get_num_threads())
     if name == "vectorized":
         return VectorizedExecutor()
-    raise ValueError(f"ray.inner must be 'serial' or 'vectorized', got '{name}'")
+    raise ValueError(f"ray.inner must be 'serial', 'threads' or 'vectorized', got '{name}'")
 
 
 class RayExecutor:
