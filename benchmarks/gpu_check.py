@@ -14,7 +14,8 @@ what was done):
 3. ``bench``: the suite (``fedveil.bench.run_suite``) on the device for MLP, LeNet and
    ResNet-8, cohorts of 10, 100 and 1000 clients, every system that is installed, smallest
    cohorts first, under a wall-time budget: cases that would start after it are recorded
-   as ``skipped``. Written to ``OUT/bench_<device>.json`` in ``fedveil bench --json``'s
+   as ``skipped``. The cases run in this process (one CUDA context for all; ``--isolate``:
+   a subprocess each, as the CPU suite does). Written to ``OUT/bench_<device>.json`` in ``fedveil bench --json``'s
    format.
 
 ``--device cpu`` with small sizes proves the script on a machine without a GPU
@@ -119,20 +120,23 @@ GPU_SYSTEMS = ["fedveil-serial", "fedveil-vectorized", "plain-loop", "centralise
 
 
 def run_bench(device: str, workloads: list[str], cohorts: list[int], rounds: int | None, case_timeout: float,
-              budget_s: float, path: Path) -> dict[str, Any]:
+              budget_s: float, path: Path, in_process: bool = True) -> dict[str, Any]:
     """The suite on ``device``, one cohort size at a time (smallest first) under ``budget_s``;
     ``path`` is rewritten after each cohort size. Cohorts of :data:`LARGE_COHORT` clients and
     more run :data:`LARGE_SYSTEMS` only (on the first H100 run the serial executor, the plain
-    loop and Opacus did not finish a case in 28 s there), smaller ones :data:`GPU_SYSTEMS`."""
+    loop and Opacus did not finish a case in 28 s there), smaller ones :data:`GPU_SYSTEMS`.
+    ``in_process``: every case in this process (one CUDA context; the subprocess each case
+    got before cost ~13 s a case on an H200, so the 10-client grid alone took six minutes)."""
     harness = import_fedveil_bench()
     deadline, records = time.monotonic() + budget_s, []
-    payload: dict[str, Any] = {"machine": harness.machine_info(device), "quick": False, "budget_s": round(budget_s)}
+    payload: dict[str, Any] = {"machine": harness.machine_info(device), "quick": False, "budget_s": round(budget_s),
+                               "in_process": in_process}
     for clients in sorted(cohorts):
         log(f"bench: {', '.join(workloads)} at {clients} clients")
         systems = LARGE_SYSTEMS if clients >= LARGE_COHORT else GPU_SYSTEMS
         records += harness.run_suite(
             False, None, systems, workloads=workloads, cohorts=[clients], rounds=rounds, timeout_s=case_timeout,
-            echo=None, device=device, budget_s=max(0.0, deadline - time.monotonic()),
+            echo=None, device=device, budget_s=max(0.0, deadline - time.monotonic()), in_process=in_process,
         )
         payload["records"] = harness.with_ratios(records)
         write_json(path, payload)
@@ -203,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds per bench case (after one warm-up)")
     parser.add_argument("--test-workers", type=int, default=4, help="pytest-xdist workers for the CUDA tests (1: none)")
     parser.add_argument("--skip", nargs="*", default=[], choices=("tests", "quickstart", "bench"))
+    parser.add_argument("--isolate", action="store_true",
+                        help="each bench case in a subprocess of its own (per-case RSS; ~13 s a case more on a GPU)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -228,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def bench() -> dict[str, Any]:
                 payload = run_bench(args.device, args.workloads, args.clients, args.rounds, args.case_timeout,
-                                    budget, bench_path)
+                                    budget, bench_path, in_process=not args.isolate)
                 statuses = [r["status"] for r in payload["records"]]
                 return {"file": bench_path.name, **{s: statuses.count(s) for s in sorted(set(statuses))}}
 

@@ -23,11 +23,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="torch threads per subprocess (default: 1 with --quick, else torch's default; 0: torch's default)")
     parser.add_argument("--timeout", type=float, help="seconds before a case is killed")
     parser.add_argument("--device", default="auto", help="where every system computes: auto (CUDA when available), cpu, cuda, cuda:N")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the cases in this process (no per-case RSS; Flower stays in a subprocess)")
     args = parser.parse_args(argv)
     run_suite(
         args.quick, args.json, args.systems, args.workloads,
         cohorts=args.clients, rounds=args.rounds, timeout_s=args.timeout,
         dp=None if args.dp is None else args.dp == "yes", threads=args.threads, device=args.device,
+        in_process=args.in_process,
     )
 
 

@@ -109,6 +109,28 @@ def test_a_case_over_its_time_limit_is_killed_and_reported():
     assert record["status"] == "timeout" and "killed" in record["note"]
 
 
+def test_in_process_cases_share_the_suites_process_and_stop_between_rounds(monkeypatch):
+    """``in_process=True`` (the GPU check's mode): the cases run here, their records say so
+    and hold no RSS of their own, Flower still goes to a subprocess, torch's threads are
+    restored, and a case past its time limit stops after the round that passed it."""
+    monkeypatch.setitem(baselines.REQUIRES, "flower", ())  # installed or not: it must not run here
+    isolated = []
+    monkeypatch.setattr(harness, "run_case", lambda case, timeout_s: isolated.append(case.system) or
+                        {**case.record(), "status": "ok", "seconds_per_round": 1.0, "peak_mib": 1.0, "note": ""})
+    threads = torch.get_num_threads()
+    systems = ["fedveil-serial", "plain-loop", "flower"]
+    records = harness.run_suite(True, None, systems, ["tiny"], cohorts=[3], rounds=1, dp=False, echo=None,
+                                in_process=True, threads=threads + 1)
+    assert isolated == ["flower"] and torch.get_num_threads() == threads
+    for r in records[:2]:
+        assert r["status"] == "ok" and r["isolation"] == "in-process" and r["peak_mib"] is None, r
+        assert r["torch_threads"] == threads + 1 and len(r["round_seconds"]) == 2
+    assert "fedveil-serial" in harness.format_table(records)
+
+    record = harness.run_in_process(Case("tiny", "plain-loop", clients=2, rounds=50), timeout_s=0.0)
+    assert record["status"] == "timeout" and record["note"].startswith("stopped after 1 of 51 rounds")
+
+
 def test_every_system_runs_on_the_chosen_device_and_records_it(monkeypatch):
     """In-process: the record holds the device the case resolved to (auto: the CPU here),
     fedveil's config carries it, and CUDA on a machine without it stops the suite early."""

@@ -12,6 +12,7 @@ import copy
 import importlib.util
 import os
 import time
+from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -33,6 +34,24 @@ DP_MODES: dict[str, tuple[bool, ...]] = {
 
 class Unavailable(RuntimeError):
     """The system cannot run in this environment; the message says why."""
+
+
+class CaseTimeout(RuntimeError):
+    """A case run in the suite's own process passed its deadline (checked between rounds)."""
+
+
+_round_deadline: list[float] = []  # the innermost case deadline (time.monotonic), when one is set
+
+
+@contextmanager
+def deadline(at: float) -> Iterator[None]:
+    """Within the block, :func:`timed` raises :class:`CaseTimeout` after the first round that
+    ends past ``at``: a case in the suite's own process cannot be killed, so it stops there."""
+    _round_deadline.append(at)
+    try:
+        yield
+    finally:
+        _round_deadline.pop()
 
 
 def supports(system: str, dp: bool) -> bool:
@@ -72,7 +91,8 @@ def synchronize(device: torch.device) -> None:
 
 def timed(rounds: int, one_round: Callable[[int], None], device: torch.device | str = "cpu") -> list[float]:
     """Wall-clock seconds of each of ``rounds`` calls
-    ``one_round(r)``, the device synchronised before and after each."""
+    ``one_round(r)``, the device synchronised before and after each; inside a
+    :func:`deadline`, stops with :class:`CaseTimeout` after a round that ends past it."""
     device = torch.device(device)
     times = []
     for r in range(rounds):
@@ -81,6 +101,8 @@ def timed(rounds: int, one_round: Callable[[int], None], device: torch.device | 
         one_round(r)
         synchronize(device)
         times.append(time.perf_counter() - start)
+        if _round_deadline and time.monotonic() > _round_deadline[-1] and r + 1 < rounds:
+            raise CaseTimeout(f"stopped after {r + 1} of {rounds} rounds, past its time limit")
     return times
 
 

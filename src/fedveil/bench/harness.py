@@ -4,6 +4,12 @@
 one at a time. The child times the rounds and reports its own peak RSS
 (``getrusage``); the parent samples the proportional set size (PSS) of the child's whole
 process tree (Ray workers included) every ``POLL_S`` seconds as ``tree_peak_mib``.
+
+``in_process=True`` runs the cases (Flower's excepted: Ray's processes stay isolated) in
+the suite's own process instead: torch, the CUDA context and fedveil are loaded once, which
+on a GPU machine saves ~13 s a case, at the cost of per-case RSS (not recorded; a GPU
+case's ``gpu_peak_mib`` is, its peak statistics reset before it) and of a hard kill (a case
+stops after the round that passes its time limit).
 """
 from __future__ import annotations
 
@@ -111,6 +117,37 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
+ISOLATED_SYSTEMS = ("flower",)  # always in a subprocess: Ray starts processes of its own
+
+
+def run_in_process(case: Case, timeout_s: float) -> dict[str, Any]:
+    """Run ``case`` in this process (module doc); never raises for a failing case. Torch's
+    thread count is restored after it, and the GPU's cached memory released."""
+    import gc
+
+    import torch
+
+    device = baselines.case_device(case)
+    threads = torch.get_num_threads()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        with baselines.deadline(time.monotonic() + timeout_s):
+            record = run_one(case)
+    except baselines.CaseTimeout as err:
+        return {**case.record(), "status": "timeout", "note": str(err), "isolation": "in-process"}
+    except Exception as err:  # reported, not raised: the suite goes on
+        return {**case.record(), "status": "error", "note": f"{type(err).__name__}: {err}", "isolation": "in-process"}
+    finally:
+        torch.set_num_threads(threads)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if record["status"] == "ok":
+        record["peak_mib"] = None  # the process's peak RSS spans every case run before this one
+    return {**record, "isolation": "in-process"}
+
+
 def run_case(case: Case, timeout_s: float) -> dict[str, Any]:
     """Run ``case`` in a fresh subprocess; never raises for a failing case."""
     with tempfile.TemporaryDirectory(prefix="fedveil-bench-") as tmp:
@@ -209,6 +246,7 @@ def run_suite(
     echo: Callable[[str], None] | None = print,
     device: str = "auto",
     budget_s: float | None = None,
+    in_process: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the quick or full suite (optionally restricted), print a table, write JSON.
 
@@ -218,7 +256,8 @@ def run_suite(
     (auto, cpu, cuda, cuda:N) is where every system computes, checked here before any case
     runs (:class:`~fedveil.errors.ConfigError` for CUDA on a machine without it);
     ``budget_s`` caps the suite's wall time: no case starts once it is spent, none runs past
-    it, and those left are recorded as ``skipped``. Returns one
+    it, and those left are recorded as ``skipped``; ``in_process`` runs the cases in this
+    process (module doc). Returns one
     record per (workload, system, clients, dp): ``seconds_per_round`` (median of the
     measured rounds), ``peak_mib`` (the subprocess's max RSS), ``tree_peak_mib``,
     ``status`` (ok, n/a, error, timeout, skipped) and ``note``, plus ``ref_speedup``.
@@ -237,6 +276,8 @@ def run_suite(
             record = {**case.record(), "status": "n/a", "note": reason}
         elif left <= 0:
             record = {**case.record(), "status": "skipped", "note": f"the suite's budget of {budget_s:.0f} s was spent"}
+        elif in_process and case.system not in ISOLATED_SYSTEMS:
+            record = run_in_process(case, min(timeout_s, left))
         else:
             record = run_case(case, min(timeout_s, left))
         records.append(record)
@@ -303,7 +344,8 @@ def format_table(records: list[dict[str, Any]]) -> str:
         cells = [
             r["workload"], "yes" if r["dp"] else "no", str(r["clients"]), str(r["steps"]), r["system"],
             f"{r['seconds_per_round']:.4f}" if ok else r["status"],
-            f"{r['peak_mib']:.0f}" if ok else "", f"{r['tree_peak_mib']:.0f}" if "tree_peak_mib" in r else "",
+            f"{r['peak_mib']:.0f}" if ok and r["peak_mib"] is not None else "",
+            f"{r['tree_peak_mib']:.0f}" if "tree_peak_mib" in r else "",
             speedup,
         ]
         row = "  ".join(f"{c:>{w}}" if i > 4 else f"{c:<{w}}" for i, (c, (_, w)) in enumerate(zip(cells, COLUMNS)))
@@ -312,7 +354,8 @@ def format_table(records: list[dict[str, Any]]) -> str:
         "",
         "steps: local SGD steps per client per round (batch 32, 4 for tiny). s/round: median wall-clock seconds",
         "of the measured rounds after one warm-up round. peak MiB: max RSS of the system's subprocess;",
-        "tree MiB: peak PSS of its whole process tree (Ray workers included), sampled every 1 s.",
+        "tree MiB: peak PSS of its whole process tree (Ray workers included), sampled every 1 s;",
+        "both blank for a case run in the suite's own process (in_process=True).",
         f"ref speedup: system's s/round / {REFERENCES[0]}'s in the same (workload, dp, clients) group,",
         f"i.e. how many times faster fedveil is; * = relative to {REFERENCES[1]} ({REFERENCES[0]} did not run).",
     ]
