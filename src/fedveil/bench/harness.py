@@ -7,7 +7,7 @@ process tree (Ray workers included) every ``POLL_S`` seconds as ``tree_peak_mib`
 
 ``in_process=True`` runs the cases (Flower's excepted: Ray's processes stay isolated) in
 the suite's own process instead: torch, the CUDA context and fedveil are loaded once, which
-on a GPU machine saves ~13 s a case, at the cost of per-case RSS (not recorded; a GPU
+on a GPU machine saves up to ~11 s a case, at the cost of per-case RSS (not recorded; a GPU
 case's ``gpu_peak_mib`` is, its peak statistics reset before it) and of a hard kill (a case
 stops after the round that passes its time limit).
 """
