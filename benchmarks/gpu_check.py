@@ -113,10 +113,10 @@ def import_fedveil_bench():
 
 LARGE_COHORT = 1000  # from this cohort size on, only LARGE_SYSTEMS run (the others took over 28 s a case)
 LARGE_SYSTEMS = ["fedveil-vectorized", "centralised"]
-# Below it: the suite's systems less the threads executor (auto never picks it on CUDA) and
+# Below it: the suite's systems less these two, the threads executor (auto never picks it on CUDA) and
 # auto itself (it resolves to the vectorized executor on CUDA for every suite workload:
 # tests/runtime/test_cuda.py), so that the budget reaches more cohorts.
-GPU_SYSTEMS = ["fedveil-serial", "fedveil-vectorized", "plain-loop", "centralised", "flower", "opacus"]
+NOT_ON_GPU = ("fedveil-threads", "fedveil-auto")
 
 
 def run_bench(device: str, workloads: list[str], cohorts: list[int], rounds: int | None, case_timeout: float,
@@ -124,17 +124,21 @@ def run_bench(device: str, workloads: list[str], cohorts: list[int], rounds: int
     """The suite on ``device``, one cohort size at a time (smallest first) under ``budget_s``;
     ``path`` is rewritten after each cohort size. Cohorts of :data:`LARGE_COHORT` clients and
     more run :data:`LARGE_SYSTEMS` only (on the first H100 run the serial executor, the plain
-    loop and Opacus did not finish a case in 28 s there), smaller ones :data:`GPU_SYSTEMS`.
+    loop and Opacus did not finish a case in 28 s there), smaller ones every system of the
+    suite but :data:`NOT_ON_GPU`.
     ``in_process``: every case in this process (one CUDA context; the subprocess each case
     got before cost ~11 s a case beyond its timed rounds on an H200: 24 cases of 10 clients
     took 357 s, 86 of them timed)."""
     harness = import_fedveil_bench()
+    from fedveil.bench.workloads import SYSTEMS
+
+    gpu_systems = [s for s in SYSTEMS if s not in NOT_ON_GPU]
     deadline, records = time.monotonic() + budget_s, []
     payload: dict[str, Any] = {"machine": harness.machine_info(device), "quick": False, "budget_s": round(budget_s),
                                "in_process": in_process}
     for clients in sorted(cohorts):
         log(f"bench: {', '.join(workloads)} at {clients} clients")
-        systems = LARGE_SYSTEMS if clients >= LARGE_COHORT else GPU_SYSTEMS
+        systems = LARGE_SYSTEMS if clients >= LARGE_COHORT else gpu_systems
         records += harness.run_suite(
             False, None, systems, workloads=workloads, cohorts=[clients], rounds=rounds, timeout_s=case_timeout,
             echo=None, device=device, budget_s=max(0.0, deadline - time.monotonic()), in_process=in_process,

@@ -7,8 +7,11 @@ small convolutional net's kernels do not split well across cores; two such clien
 use them better (2 CPU cores, seconds a round: LeNet x10 1.75-1.81 against 2.17-2.21
 serial, ResNet-8 x10 1.26 against 1.53-2.05, ResNet-8 x10 under DP-SGD 1.96 against 2.82).
 
-Each client's numbers are those of the serial executor on one torch thread, bit for bit
-(its own data, generator and noise; results in cohort order), whatever the thread timing.
+Each client's numbers are those of the serial executor on one torch thread (its own data,
+generator and noise; results in cohort order), whatever the thread timing: bit for bit on
+OpenMP kernels; a large float32 matrix product can differ in its last bits when the process
+runs on more threads, as MKL in a new thread takes torch's process-wide count
+(docs/executors.md#threads-executor).
 """
 from __future__ import annotations
 
