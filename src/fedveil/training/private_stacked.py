@@ -33,9 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..engine.stacked import LayerRecord, StackedModel, UnsupportedModelError
+from ..engine.stacked import CONV_MODES, LayerRecord, StackedModel, UnsupportedModelError
 from ..privacy.dp_sgd import CLIP_EPS, ExampleDP
 from ..privacy.randomness import RandomSource, fill_standard_normal_
+from .conv_grads import client_weight_grads, conv_padding, example_weight_grads
 
 CHUNK = 256  # examples per slice when per-example quantities are materialised
 
@@ -45,6 +46,11 @@ def check_private_stacking(model: nn.Module) -> None:
     for name, module in model.named_modules():
         if isinstance(module, nn.Conv2d) and module.groups != 1:
             raise UnsupportedModelError(f"layer '{name}': grouped Conv2d has no per-example norm rule here")
+        if isinstance(module, nn.Conv2d):
+            try:
+                conv_padding(module)
+            except UnsupportedModelError as err:
+                raise UnsupportedModelError(f"layer '{name}': {err}") from None
 
 
 @dataclass
@@ -152,9 +158,68 @@ def _linear(m: nn.Linear, saved: list[torch.Tensor], grads: list[torch.Tensor]):
 
 
 def _conv2d(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    """Conv2d: ghost norms on the unfolded input when they cost fewer multiplications per
+    example than the per-example gradients (``L (p + q) < p q`` for ``L`` positions,
+    ``p = C_in k k``, ``q = C_out``: many channels on few positions), else the per-example
+    gradients as convolutions (:mod:`fedveil.training.conv_grads`)."""
+    q, p = m.out_channels, m.weight[0].numel()
+    positions = sum(g[0].numel() for g in grads) // q
+    if positions * (p + q) < p * q:
+        return _conv2d_ghost(m, saved, grads)
+    return _conv2d_direct(m, saved, grads)
+
+
+def _conv2d_direct(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    """Per-example weight gradients summed over the calls, kept for the clipped sum and the
+    dots when they fit :data:`MATERIALISE_LIMIT`, else formed chunk by chunk for the norms,
+    the clipped sum then one convolution per call with the clients as groups (and the dots
+    the client terms convolved with the inputs, dotted with the output gradients)."""
+    n, q = grads[0].shape[0], m.out_channels
+    calls = list(zip(saved, grads))
+
+    def per_example(rows: slice) -> torch.Tensor:
+        return sum(example_weight_grads(m, x[rows], g[rows]) for x, g in calls)
+
+    kept = per_example(slice(None)) if n * q * m.weight[0].numel() <= MATERIALISE_LIMIT else None
+    if kept is not None:
+        sq = kept.square().sum((1, 2))
+    else:
+        sq = torch.cat([per_example(slice(s, s + CHUNK)).square().sum((1, 2)) for s in range(0, n, CHUNK)])
+    bias_grads = sum(g.reshape(n, q, -1).sum(2) for g in grads) if m.bias is not None else None  # (N, q)
+    if bias_grads is not None:
+        sq = sq + bias_grads.square().sum(1)
+
+    def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+        if kept is not None:  # (K, 1, B) x (K, B, q p): each client's weighted sum
+            weight = torch.bmm(c.reshape(k, 1, -1), kept.reshape(k, n // k, -1))
+        else:
+            weight = sum(client_weight_grads(m, x, g * c.view(-1, 1, 1, 1), k) for x, g in calls)
+        sums = {"weight": weight.reshape(k, *m.weight.shape)}
+        if bias_grads is not None:
+            sums["bias"] = (bias_grads * c.view(-1, 1)).reshape(k, -1, q).sum(1)
+        return sums
+
+    def dots(term: dict[str, torch.Tensor]) -> torch.Tensor:
+        r = term["weight"]
+        k = r.shape[0]
+        if kept is not None:
+            out = torch.bmm(kept.reshape(k, n // k, -1), r.reshape(k, -1, 1)).reshape(n)
+        else:  # <g_i^T a_i, R_k> = <g_i, conv(x_i, R_k)>
+            conv = CONV_MODES["per_client"]
+            out = sum((conv(m, r, None, x, k) * g).reshape(n, -1).sum(1) for x, g in calls)
+        if bias_grads is not None:
+            out = out + (bias_grads.reshape(k, n // k, q) * term["bias"].reshape(k, 1, q)).sum(2).reshape(n)
+        return out
+
+    return _Rule(sq, _adding(clipped_sums), dots)
+
+
+def _conv2d_ghost(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Tensor]):
+    """The calls' unfolded inputs and output gradients joined along positions, as a Linear's."""
     n = grads[0].shape[0]
+    padding = conv_padding(m)
     # unfolded inputs (N, L, C_in k k) and output gradients (N, L, C_out) of every call
-    a = _joined([F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2) for x in saved])
+    a = _joined([F.unfold(x, m.kernel_size, m.dilation, padding, m.stride).transpose(1, 2) for x in saved])
     g = _joined([go.reshape(n, m.out_channels, -1).transpose(1, 2) for go in grads])
     sq, per_example = _matrix_sq_norms(a, g)
     has_bias = m.bias is not None
