@@ -20,8 +20,9 @@ from ..data.arrays import ArrayDataset
 from ..engine.grad_terms import AffineGradTerm
 from ..models.functional import buffer_names, forward, parameter_names
 from ..params import Params
-from ..privacy.dp_sgd import ExampleDP, check_model_for_dp, private_gradient
+from ..privacy.dp_sgd import ExampleDP, check_model_for_dp
 from ..privacy.randomness import permutation
+from .private_step import client_private_gradient
 from .request import Batch, GradHook, Objective, TaskLoss, TrainRequest
 
 
@@ -212,10 +213,9 @@ class LocalTrainer:
             if dp is None:
                 loss, g = self.loss_and_grad(w, batch, model, objective, buffers)
             else:
-                step = private_gradient(
-                    model, w, batch.x, batch, objective.mean, clip=dp.clip, noise_multiplier=dp.noise_multiplier,
-                    denominator=dp.batch_size + len(idx) - private, generator=dp.source(request.generator),
-                    extra_grad=grad_hook.value if in_clip else None, private_rows=private, buffers=buffers,
+                step = client_private_gradient(
+                    model, w, batch, objective, dp, dp.source(request.generator), dp.batch_size + len(idx) - private,
+                    private, grad_hook.value if in_clip else None, buffers,
                 )
                 loss, g = step.loss, step.grad
                 dp.count_step()

@@ -9,8 +9,9 @@ only, so its squared norm is computed from them directly:
 * Linear without a sequence dimension: ``||a_i||^2 ||g_i||^2`` (+ ``||g_i||^2`` bias);
   with one (``T`` positions): the ghost norm ``<a_i a_i^T, g_i g_i^T>`` (Li et al. 2022),
   or the materialised ``g_i^T a_i`` when that is smaller;
-* Conv2d: the same on the unfolded input (``L`` positions), ghost or materialised,
-  whichever costs less;
+* Conv2d: the per-example gradients ``g_i^T a_i`` as one convolution whose groups are
+  the examples (:mod:`fedveil.training.conv_grads`), or, when they cost fewer
+  multiplications (many channels on few positions), the ghost norm on the unfolded input;
 * GroupNorm / LayerNorm / Embedding: their small per-example gradients directly.
 
 The clipped sum ``sum_i c_i g_i^T a_i`` is then one batched matmul per layer (no
@@ -343,6 +344,9 @@ def _over_clients(clients: int, work: Callable[[int, range], None]) -> None:
     """``work(worker, rows)`` on a pool of one worker per torch thread, worker ``i`` taking the
     clients ``i, i + workers, ...``: one draw is single-threaded, so the clients are spread."""
     workers = max(1, min(torch.get_num_threads(), clients))
+    if workers == 1:  # in the calling thread: clients of the threads executor must not queue on one pool thread
+        work(0, range(clients))
+        return
     list(_pool(workers).map(work, range(workers), [range(i, clients, workers) for i in range(workers)]))
 
 
