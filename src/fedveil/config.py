@@ -369,7 +369,7 @@ class RunConfig(Section):
     executor: Literal["serial", "threads", "vectorized", "ray", "auto"] = Field(
         "auto", description="how a round's cohort is trained: one client after another, several side by side on "
         "worker threads (one per CPU thread, see threads), stacked (fast), on Ray, or auto: stacked on a GPU; on the "
-        "CPU stacked for nets without convolutions (and convolutional nets without normalisation under DP-SGD), else "
+        "CPU stacked for nets without convolutions, else "
         "threads (serial on one CPU thread) (docs/executors.md#auto); a deployed run equals its simulation bit for "
         "bit with serial"
     )

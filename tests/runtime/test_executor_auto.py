@@ -17,8 +17,8 @@ pytestmark = pytest.mark.usefixtures("skip_plots")
 @pytest.mark.parametrize("name, shape, plain, private", [
     ("linear", (10,), "vectorized", "vectorized"),
     ("mlp", (1, 28, 28), "vectorized", "vectorized"),  # no convolution: stacking wins, with DP by 6x
-    ("lenet", (1, 28, 28), "threads", "vectorized"),  # convolutions without normalisation: stacked under DP only
-    ("resnet", (3, 32, 32), "threads", "threads"),  # convolutions and GroupNorm: side by side
+    ("lenet", (1, 28, 28), "threads", "threads"),  # convolutions: side by side, with DP too
+    ("resnet", (3, 32, 32), "threads", "threads"),
     ("char_lstm", (80,), "threads", "threads"),  # the engine cannot stack it
 ])
 def test_the_rule_picks_by_the_models_layers(name, shape, plain, private):

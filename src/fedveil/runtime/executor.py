@@ -14,7 +14,6 @@ from ..training.private_stacked import check_private_stacking
 from .serial import SerialExecutor
 
 EXECUTORS = ("serial", "threads", "vectorized", "ray", "auto")
-NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
 
 def auto_executor(model: nn.Module, private: bool, device: torch.device | str = "cpu", workers: int = 1) -> str:
@@ -23,14 +22,14 @@ def auto_executor(model: nn.Module, private: bool, device: torch.device | str = 
     support (docs/executors.md#auto). On a GPU every model the engine can stack is stacked:
     the H100 run of 2026-11-27 found stacking faster than serial in every case it measured
     (MLP, LeNet, ResNet-8, with and without DP; LeNet x10 0.077 s a round against 0.219,
-    ResNet-8 x10 0.27 against 0.65). On the CPU (2 cores, suite_2026-11-28b) stacking wins for
-    nets without convolutions (MLP x100: 0.36 s a round against 0.96 serial; with DP 1.17
-    against 7.8) and, under DP-SGD, for convolutional nets without normalisation layers
-    (LeNet x10: 6.7 against 12.7); it loses for convolutional nets otherwise (LeNet x100
-    without DP: 25.4 against 21.0; ResNet-8 x100: 24.4 against 16.7, x10 with DP 4.4 against
-    3.1). Those, and models the engine cannot stack, train on ``workers`` threads side by side
-    when there are two or more (LeNet x100: 18.0; ResNet-8 x100: 12.3, x10 with DP 2.1),
-    else serially."""
+    ResNet-8 x10 0.27 against 0.65). On the CPU (2 cores) stacking wins for nets without
+    convolutions (MLP x100: 0.36 s a round against 0.96 serial; with DP 1.17 against 7.8,
+    suite_2026-11-28b) and loses for convolutional nets, with DP-SGD too since one client's
+    private steps take the stacked rules (dp_conv_2026-11-28: LeNet x100 with DP 42 s
+    against 25 on two threads, x10 3.7 against 3.0; ResNet-8 x100 with DP 32 against 21;
+    without DP, LeNet x100 25.4 against 18.0, ResNet-8 x100 24.4 against 12.3). Those, and
+    models the engine cannot stack, train on ``workers`` threads side by side when there are
+    two or more, else serially."""
     on_gpu = torch.device(device).type == "cuda"
     side_by_side = "threads" if workers >= 2 and not on_gpu else "serial"
     try:
@@ -39,11 +38,7 @@ def auto_executor(model: nn.Module, private: bool, device: torch.device | str = 
             check_private_stacking(model)
     except UnsupportedModelError:
         return side_by_side
-    if on_gpu:
-        return "vectorized"
-    convolutional = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
-    normalised = any(isinstance(m, NORM_LAYERS) for m in model.modules())
-    if not convolutional or (private and not normalised):
+    if on_gpu or not any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
         return "vectorized"
     return side_by_side
 
