@@ -22,14 +22,14 @@ def auto_executor(model: nn.Module, private: bool, device: torch.device | str = 
     support (docs/executors.md#auto). On a GPU every model the engine can stack is stacked:
     the H100 run of 2026-11-27 found stacking faster than serial in every case it measured
     (MLP, LeNet, ResNet-8, with and without DP; LeNet x10 0.077 s a round against 0.219,
-    ResNet-8 x10 0.27 against 0.65). On the CPU (2 cores) stacking wins for nets without
-    convolutions (MLP x100: 0.36 s a round against 0.96 serial; with DP 1.17 against 7.8,
-    suite_2026-11-28b) and loses for convolutional nets, with DP-SGD too since one client's
-    private steps take the stacked rules (dp_conv_2026-11-28: LeNet x100 with DP 42 s
-    against 25 on two threads, x10 3.7 against 3.0; ResNet-8 x100 with DP 32 against 21;
-    without DP, LeNet x100 25.4 against 18.0, ResNet-8 x100 24.4 against 12.3). Those, and
-    models the engine cannot stack, train on ``workers`` threads side by side when there are
-    two or more, else serially."""
+    ResNet-8 x10 0.27 against 0.65). On the CPU (2 cores, suite_2026-11-28c) stacking wins
+    for nets without convolutions (MLP x100: 0.37 s a round against 0.93 serial; with DP
+    0.94 against 2.54) and loses for convolutional nets, with DP-SGD too since one client's
+    private steps take the stacked rules (LeNet x100 with DP 39.8 s against 24.2 on two
+    threads, x10 3.62 against 2.62; ResNet-8 x100 with DP 33.5 against 21.4; without DP,
+    LeNet x100 26.6 against 17.6, ResNet-8 x100 23.5 against 12.7). Those, and models the
+    engine cannot stack, train on ``workers`` threads side by side when there are two or
+    more, else serially."""
     on_gpu = torch.device(device).type == "cuda"
     side_by_side = "threads" if workers >= 2 and not on_gpu else "serial"
     try:

@@ -175,13 +175,13 @@ def _conv2d_direct(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Te
     dots when they fit :data:`MATERIALISE_LIMIT`, else formed chunk by chunk for the norms,
     the clipped sum then one convolution per call with the clients as groups (and the dots
     the client terms convolved with the inputs, dotted with the output gradients)."""
-    n, q = grads[0].shape[0], m.out_channels
+    n, q, p = grads[0].shape[0], m.out_channels, m.weight[0].numel()
     calls = list(zip(saved, grads))
 
     def per_example(rows: slice) -> torch.Tensor:
         return sum(example_weight_grads(m, x[rows], g[rows]) for x, g in calls)
 
-    kept = per_example(slice(None)) if n * q * m.weight[0].numel() <= MATERIALISE_LIMIT else None
+    kept = per_example(slice(None)) if n * q * p <= MATERIALISE_LIMIT else None
     if kept is not None:
         sq = kept.square().sum((1, 2))
     else:
@@ -192,7 +192,7 @@ def _conv2d_direct(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Te
 
     def clipped_sums(c: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
         if kept is not None:  # (K, 1, B) x (K, B, q p): each client's weighted sum
-            weight = torch.bmm(c.reshape(k, 1, -1), kept.reshape(k, n // k, -1))
+            weight = torch.bmm(c.reshape(k, 1, n // k), kept.reshape(k, n // k, q * p))
         else:
             weight = sum(client_weight_grads(m, x, g * c.view(-1, 1, 1, 1), k) for x, g in calls)
         sums = {"weight": weight.reshape(k, *m.weight.shape)}
@@ -204,7 +204,7 @@ def _conv2d_direct(m: nn.Conv2d, saved: list[torch.Tensor], grads: list[torch.Te
         r = term["weight"]
         k = r.shape[0]
         if kept is not None:
-            out = torch.bmm(kept.reshape(k, n // k, -1), r.reshape(k, -1, 1)).reshape(n)
+            out = torch.bmm(kept.reshape(k, n // k, q * p), r.reshape(k, q * p, 1)).reshape(n)
         else:  # <g_i^T a_i, R_k> = <g_i, conv(x_i, R_k)>
             conv = CONV_MODES["per_client"]
             out = sum((conv(m, r, None, x, k) * g).reshape(n, -1).sum(1) for x, g in calls)
