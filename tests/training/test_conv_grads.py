@@ -2,7 +2,7 @@
 
 References are computed here from scratch: per-example gradients of the plain layer or
 model by ``torch.func.vmap(grad(...))``, clipped by their global L2 norm and summed per
-client (the serial path's definition, spec 002 §1.2).
+client (spec 002 §1.2's definition, as `private_gradient`'s generic path computes it).
 """
 from __future__ import annotations
 
