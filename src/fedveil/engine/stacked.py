@@ -48,13 +48,19 @@ def _linear(m: nn.Linear, p: Stacked, x: torch.Tensor, k: int) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], m.out_features), x
 
 
+def clients_side_by_side(t: torch.Tensor, k: int) -> torch.Tensor:
+    """The merged rows ``(K * B, C, ...)`` of K clients as ``(B, K * C, ...)``: client ``c``'s
+    channels at ``[c C, (c + 1) C)``, the layout of a convolution with the clients as groups."""
+    b = t.shape[0] // k
+    return t.reshape(k, b, *t.shape[1:]).transpose(0, 1).reshape(b, k * t.shape[1], *t.shape[2:])
+
+
 def _conv_grouped(m: nn.Conv2d, weight: torch.Tensor, bias, x: torch.Tensor, k: int) -> torch.Tensor:
     """The K clients' channels side by side, one convolution with ``groups = K * groups``."""
     b = x.shape[0] // k
-    side = x.reshape(k, b, *x.shape[1:]).transpose(0, 1).reshape(b, k * m.in_channels, *x.shape[2:])
     out = F.conv2d(
-        side, weight.reshape(k * m.out_channels, *weight.shape[2:]), None if bias is None else bias.reshape(-1),
-        m.stride, m.padding, m.dilation, k * m.groups,
+        clients_side_by_side(x, k), weight.reshape(k * m.out_channels, *weight.shape[2:]),
+        None if bias is None else bias.reshape(-1), m.stride, m.padding, m.dilation, k * m.groups,
     )
     merged = out.reshape(b, k, m.out_channels, *out.shape[2:]).transpose(0, 1)
     return merged.reshape(k * b, m.out_channels, *out.shape[2:])
@@ -295,4 +301,6 @@ def stack_params(param_sets: list[Params], names: list[str]) -> Stacked:
     return {n: torch.stack([p[n] for p in param_sets]) for n in names}
 
 
-__all__ = ["StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "BATCHED", "BUFFERED"]
+__all__ = [
+    "StackedModel", "UnsupportedModelError", "LayerRecord", "stack_params", "clients_side_by_side", "BATCHED", "BUFFERED",
+]

@@ -155,6 +155,17 @@ def linear_stack(model: nn.Module, params: Params) -> list[tuple[str, nn.Module]
     return layers
 
 
+def closed_form_layers(
+    model: nn.Module, params: Params, x: torch.Tensor, extra_grad: ExtraGrad | None
+) -> list[tuple[str, nn.Module]] | None:
+    """The :func:`linear_stack` layers when :func:`private_gradient` clips rows ``x`` in
+    closed form (no ``extra_grad``; ``(B, features)`` rows or a leading ``nn.Flatten``), else None."""
+    layers = linear_stack(model, params) if extra_grad is None else None
+    if layers is not None and x.dim() != 2 and not flattens_rows(layers[0][1]):
+        return None  # a Linear on (B, T, features) rows shares its weight across positions
+    return layers
+
+
 @dataclass(frozen=True)
 class LinearStackGrads:
     """Per-example gradients of a linear stack, factored: for the layer ``z = W a + b`` named
@@ -263,9 +274,7 @@ def private_gradient(
     (:class:`LinearStackGrads`), without per-example gradients.
     """
     checks.positive("denominator", denominator)
-    layers = linear_stack(model, params) if extra_grad is None else None
-    if layers is not None and x.dim() != 2 and not flattens_rows(layers[0][1]):
-        layers = None  # a Linear on (B, T, features) rows shares its weight across positions
+    layers = closed_form_layers(model, params, x, extra_grad)
     if len(x) == 0:
         summed = {k: torch.zeros_like(v) for k, v in params.items()}
         loss_sum = 0.0

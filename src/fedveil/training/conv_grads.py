@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn.grad import conv2d_weight
 
-from ..engine.stacked import UnsupportedModelError
+from ..engine.stacked import UnsupportedModelError, clients_side_by_side
 
 
 def conv_padding(m: nn.Conv2d) -> tuple[int, int]:
@@ -59,13 +59,8 @@ def client_weight_grads(m: nn.Conv2d, x: torch.Tensor, g: torch.Tensor, k: int) 
     """Each of ``k`` clients' weight gradient ``(K, *weight.shape)``, summed over its rows,
     from the merged inputs ``x (K * B, ...)`` and output gradients ``g (K * B, ...)``
     (client ``c`` owns rows ``[c B, (c + 1) B)``): the clients' channels side by side."""
-    b = x.shape[0] // k
-
-    def side_by_side(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(k, b, *t.shape[1:]).transpose(0, 1).reshape(b, k * t.shape[1], *t.shape[2:])
-
     grads = conv2d_weight(
-        side_by_side(x), (k * m.out_channels, *m.weight.shape[1:]), side_by_side(g),
+        clients_side_by_side(x, k), (k * m.out_channels, *m.weight.shape[1:]), clients_side_by_side(g, k),
         m.stride, conv_padding(m), m.dilation, k,
     )
     return grads.reshape(k, *m.weight.shape)

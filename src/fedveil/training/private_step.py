@@ -19,7 +19,7 @@ from torch import nn
 
 from ..engine.stacked import StackedModel, UnsupportedModelError
 from ..params import Params
-from ..privacy.dp_sgd import ExampleDP, ExtraGrad, PrivateGradient, linear_stack, private_gradient
+from ..privacy.dp_sgd import ExampleDP, ExtraGrad, PrivateGradient, closed_form_layers, private_gradient
 from ..privacy.randomness import RandomSource
 from .private_stacked import check_private_stacking, private_stacked_gradients
 from .request import Batch, Objective
@@ -57,7 +57,7 @@ def client_private_gradient(
     :func:`~fedveil.privacy.dp_sgd.private_gradient`'s arguments, computed by the stacked
     rules when the model allows (see module doc)."""
     rows = len(batch.x)
-    closed_form = extra_grad is None and linear_stack(model, w) is not None
+    closed_form = closed_form_layers(model, w, batch.x, extra_grad) is not None
     stacked = None if closed_form or rows == 0 else book_keeping_model(model)
     if stacked is None:
         return private_gradient(
