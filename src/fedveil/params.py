@@ -48,8 +48,9 @@ def _weighted_sum(weights: list[float], tensors: list[torch.Tensor]) -> torch.Te
     """``((0 + w_0 x_0) + w_1 x_1) + ...``: the rounding of Python's ``sum``, accumulated in place."""
     total = weights[0] * tensors[0]
     total.add_(0)  # as 0 + w_0 x_0: a -0.0 becomes +0.0
+    term = torch.empty_like(total)  # one buffer for every w_i x_i (a fresh one each time first-touches its pages)
     for wi, t in zip(weights[1:], tensors[1:]):
-        total.add_(wi * t)
+        total.add_(torch.mul(t, wi, out=term))
     return total
 
 

@@ -7,6 +7,7 @@ import pickle
 import torch
 
 from fedveil.data.arrays import ArrayDataset, packed, shared_rows
+from fedveil.engine.reused import ReusedBuffers
 from fedveil.training.cohort import _BatchGatherer
 from fedveil.training.request import TrainRequest
 
@@ -59,7 +60,7 @@ def test_packed_and_client_by_client_gathers_agree_with_padding_and_dropouts():
         step = [batches[k] for k in active]
         want = _expected(data, step, active, width=3)
         for requests in (_requests(data), _requests(packed(data))):
-            gather = _BatchGatherer(requests)
+            gather = _BatchGatherer(requests, ReusedBuffers())
             assert (gather.bases is not None) == (requests[0].data.x._base is not None)
             for _ in range(2):  # buffers reused by the next step hold the new rows
                 batch, mask, private = gather(step, active)
@@ -69,7 +70,7 @@ def test_packed_and_client_by_client_gathers_agree_with_padding_and_dropouts():
 
 def test_private_row_mask_marks_each_clients_first_private_rows():
     data = packed(_clients([4, 4]))
-    gather = _BatchGatherer(_requests(data, private_rows=2))
+    gather = _BatchGatherer(_requests(data, private_rows=2), ReusedBuffers())
     _, mask, private = gather([(torch.tensor([0, 1, 3]), 2), (torch.tensor([2, 3]), 1)], [0, 1])
     assert torch.equal(mask, torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]))
     assert torch.equal(private, torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))

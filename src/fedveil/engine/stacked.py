@@ -33,6 +33,7 @@ from torch import fx, nn
 
 from ..models.layers import GradientReversal, reverse_gradient
 from ..params import Params
+from .reused import ReusedBuffers
 
 Stacked = dict[str, torch.Tensor]  # parameter name -> (K, *shape)
 
@@ -277,6 +278,7 @@ class StackedModel:
             if node.op == "get_attr" and node.target in dict(model.named_parameters()):
                 raise UnsupportedModelError(f"the model reads parameter '{node.target}' outside its layer")
         self.graph_module = graph_module
+        self.reused = ReusedBuffers()  # the stacked parameters and batches of its computations, kept between rounds
 
     def __call__(self, stacked: Stacked, x: torch.Tensor, k: int, record: list | None = None,
                  buffers: Stacked | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from ..data.arrays import shared_rows
-from ..engine import StackedModel, stack_params
+from ..engine import StackedModel
+from ..engine.reused import ReusedBuffers
 from ..engine.grad_terms import AffineGradTerm
 from ..engine.stacked import LayerRecord
 from ..models.functional import buffer_names
@@ -71,11 +72,12 @@ class _BatchGatherer:
     Padding repeats a client's first row (finite inputs), masked out of the loss. When the
     clients' rows are blocks of one packed tensor per field (:func:`~fedveil.data.arrays.packed`,
     as a simulation's training rows are), a step is one ``index_select`` per field into
-    buffers reused across steps; otherwise rows are copied client by client.
+    buffers reused across steps (and rounds, :class:`~fedveil.engine.reused.ReusedBuffers`);
+    otherwise rows are copied client by client.
     """
 
-    def __init__(self, requests: list[TrainRequest]) -> None:
-        self.requests = requests
+    def __init__(self, requests: list[TrainRequest], reused: ReusedBuffers) -> None:
+        self.requests, self.reused = requests, reused
         first = requests[0].data
         self.names = sorted(first.groups)
         self.fields = ["x", "y", *(f"g:{g}" for g in self.names)]
@@ -84,7 +86,7 @@ class _BatchGatherer:
         shared = [shared_rows([self._source(r.data, f) for r in requests]) for f in self.fields]
         self.bases = None if any(s is None for s in shared) or len({tuple(s[1]) for s in shared}) != 1 else [s[0] for s in shared]
         self.starts = None if self.bases is None else torch.tensor(shared[0][1], device=self.device)
-        self.buffers: dict[str, torch.Tensor] = {}
+        self.buffers: dict[str, torch.Tensor] = {}  # this training's, overwritten step after step
 
     def _source(self, data, f: str) -> torch.Tensor:
         return data.x if f == "x" else data.y if f == "y" else data.groups[f[2:]]
@@ -119,7 +121,7 @@ class _BatchGatherer:
             shape = (len(rows), *base.shape[1:])
             buf = self.buffers.get(f)
             if buf is None or buf.shape != shape:
-                buf = self.buffers[f] = torch.empty(shape, dtype=base.dtype, device=self.device)
+                buf = self.buffers[f] = self.reused.take(("rows", f), shape, base.dtype, self.device)
             merged[f] = torch.index_select(base, 0, rows, out=buf)
         return merged
 
@@ -223,8 +225,8 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     iters = [trainer.step_rows(r) for r in requests]
     steps = [trainer.num_steps(r.num_private, r.dp) for r in requests]
     hooks = [r.grad_hook for r in requests]
-    w = {n: v.detach() for n, v in stack_params([r.params for r in requests], names).items()}
-    buffers = {n: v.detach().clone() for n, v in stack_params([r.params for r in requests], buffer_names(model)).items()}
+    w = {n: stacked.reused.stack(("param", n), [r.params[n] for r in requests]) for n in names}
+    buffers = {n: stacked.reused.stack(("buffer", n), [r.params[n] for r in requests]) for n in buffer_names(model)}
     masks = None if first.param_mask is None else _stack_masks([r.param_mask for r in requests], w)
     momentum = {n: torch.zeros_like(v) for n, v in w.items()} if cfg.momentum else None
     affine = _AffineTerms.stack(hooks, w)
@@ -232,7 +234,7 @@ def train_stacked(trainer: LocalTrainer, stacked: StackedModel, requests: list[T
     workspace: dict = {}  # DP noise buffers
     plain_sgd = not cfg.momentum and not cfg.weight_decay and masks is None and all(h is None for h in hooks)
     losses: list[list[float]] = [[] for _ in requests]
-    gather = _BatchGatherer(requests)
+    gather = _BatchGatherer(requests, stacked.reused)
     examples = [0] * len(requests)
     for step in range(max(steps, default=0)):
         active = [k for k, s in enumerate(steps) if step < s]
