@@ -1,6 +1,8 @@
 """The run picks torch's CPU threads from its model (issue 36, item 4); ``threads`` overrides."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -75,3 +77,28 @@ def test_a_run_trains_with_its_threads_and_restores_the_callers():
     assert seen == [2] and summary["torch_threads"] == 2
     summary = Simulation.from_config(tiny_config(federation={"rounds": 1})).record()  # linear model: 1 thread
     assert summary["torch_threads"] == 1 and torch.get_num_threads() == 2  # the caller's count is back
+
+
+def test_objects_built_before_training_are_frozen_out_of_garbage_collection_and_thawed_after():
+    seen = []
+
+    class Watch:
+        def on_run_start(self, total, start):
+            seen.append(gc.get_freeze_count())
+
+        def on_round_end(self, row):
+            pass
+
+        def on_run_end(self, summary):
+            pass
+
+    sim = Simulation.from_config(tiny_config(federation={"rounds": 1}), [Watch()])
+    assert gc.get_freeze_count() == 0
+    sim.record()
+    assert seen[0] > 1000 and gc.get_freeze_count() == 0  # the simulation's objects, then none
+    gc.freeze()  # a caller that froze its own objects keeps them frozen
+    try:
+        sim.record()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -124,7 +124,7 @@ def run_fedveil(case: Case, executor: str) -> list[float]:
         raise
     sim = Simulation.from_config(config)  # data and model moved to the run's device here, before timing
     state = sim.fresh_state()
-    with sim.training_threads():  # the threads `fedveil run` trains with
+    with sim.training_settings():  # the threads and collector settings `fedveil run` trains with
         return timed(case.warmup + case.rounds, lambda r: sim.train_round(state, r), sim.device)
 
 
