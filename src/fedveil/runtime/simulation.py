@@ -29,6 +29,7 @@ from ..models.functional import model_state
 from ..errors import ConfigError
 from ..config import RunConfig
 from .dataset import build_dataset
+from .malloc_tuning import keep_freed_memory_for_reuse
 from ..data.federated import ClientData, FederatedDataset
 from ..models import build_model
 from ..models.complexity import count_params, macs_per_example
@@ -446,7 +447,10 @@ class Simulation:
         (yielded), and every object built so far (data, model, imported modules) left out of
         Python's garbage collection (``gc.freeze``: a full collection walking them paused an
         MLP x100 round by 0.18 s); after it, the caller's threads and the collector as they
-        were. What :meth:`record` trains with, and what the benchmark times :meth:`train_round` with."""
+        were. glibc's malloc keeps freed blocks for reuse from the first call on
+        (:mod:`~fedveil.runtime.malloc_tuning`). What :meth:`record` trains with, and what
+        the benchmark times :meth:`train_round` with."""
+        keep_freed_memory_for_reuse()
         before = torch.get_num_threads()
         threads = run_threads(self.config.threads, self.step_macs, before)
         torch.set_num_threads(threads)
