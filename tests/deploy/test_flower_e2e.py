@@ -26,6 +26,7 @@ from fedveil.deploy.local_federation import LocalFederation, can_hide_folders  #
 from fedveil.deploy.loopback import LoopbackTransport  # noqa: E402
 from fedveil.deploy.silo_data import read_federation, silo_folder  # noqa: E402
 from fedveil.runtime.recorder import MemoryRecorder  # noqa: E402
+from fedveil.runtime.run_dir import read_metrics  # noqa: E402
 from fedveil.runtime.simulation import Simulation  # noqa: E402
 
 from tests.runtime.tiny_runs import deploy_config, write_school  # noqa: E402
@@ -47,10 +48,9 @@ def school_config(root: Path):
 def wait_for_rows(path: Path, count: int, timeout: float) -> list[dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if len(rows) >= count:
-                return rows
+        rows = read_metrics(path)  # a line the server is still writing is not read yet
+        if len(rows) >= count:
+            return rows
         time.sleep(0.2)
     raise AssertionError(f"{path} has fewer than {count} rows after {timeout} s")
 
