@@ -59,21 +59,27 @@ def test_a_small_convnet_trained_serially_gets_torchs_threads():
     assert sim.record()["torch_threads"] == 2
 
 
+class AtRunStart:
+    """A callback that calls ``look()`` when a run starts training."""
+
+    def __init__(self, look) -> None:
+        self.look = look
+
+    def on_run_start(self, total, start):
+        self.look()
+
+    def on_round_end(self, row):
+        pass
+
+    def on_run_end(self, summary):
+        pass
+
+
 def test_a_run_trains_with_its_threads_and_restores_the_callers():
     seen = []
-
-    class Watch:
-        def on_run_start(self, total, start):
-            seen.append(torch.get_num_threads())
-
-        def on_round_end(self, row):
-            pass
-
-        def on_run_end(self, summary):
-            pass
-
+    watch = AtRunStart(lambda: seen.append(torch.get_num_threads()))
     torch.set_num_threads(2)
-    summary = Simulation.from_config(tiny_config(threads=2, federation={"rounds": 1}), [Watch()]).record()
+    summary = Simulation.from_config(tiny_config(threads=2, federation={"rounds": 1}), [watch]).record()
     assert seen == [2] and summary["torch_threads"] == 2
     summary = Simulation.from_config(tiny_config(federation={"rounds": 1})).record()  # linear model: 1 thread
     assert summary["torch_threads"] == 1 and torch.get_num_threads() == 2  # the caller's count is back
@@ -81,18 +87,8 @@ def test_a_run_trains_with_its_threads_and_restores_the_callers():
 
 def test_objects_built_before_training_are_frozen_out_of_garbage_collection_and_thawed_after():
     seen = []
-
-    class Watch:
-        def on_run_start(self, total, start):
-            seen.append(gc.get_freeze_count())
-
-        def on_round_end(self, row):
-            pass
-
-        def on_run_end(self, summary):
-            pass
-
-    sim = Simulation.from_config(tiny_config(federation={"rounds": 1}), [Watch()])
+    watch = AtRunStart(lambda: seen.append(gc.get_freeze_count()))
+    sim = Simulation.from_config(tiny_config(federation={"rounds": 1}), [watch])
     assert gc.get_freeze_count() == 0
     sim.record()
     assert seen[0] > 1000 and gc.get_freeze_count() == 0  # the simulation's objects, then none

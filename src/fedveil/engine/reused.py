@@ -47,7 +47,8 @@ class ReusedBuffers:
         shape = tuple(shape)
         with self._lock:
             buf = self._held.get(key)
-            if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != device or held_elsewhere(buf):
+            fits = buf is not None and (tuple(buf.shape), buf.dtype, buf.device) == (shape, dtype, torch.device(device))
+            if not fits or held_elsewhere(buf):
                 buf = self._held[key] = torch.empty(shape, dtype=dtype, device=device)
             return buf.view(shape)  # a view: the buffer counts as held until the caller lets it go
 
