@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
+from functools import lru_cache
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 16 << 20
-
-_lock = threading.Lock()
-_state: dict[str, bool] = {}
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -46,16 +43,14 @@ def configured_by_environment(environ: dict[str, str] | None = None) -> bool:
     return "malloc" in env.get("GLIBC_TUNABLES", "") or "malloc" in env.get("LD_PRELOAD", "")
 
 
+@lru_cache(maxsize=1)
 def keep_freed_memory_for_reuse() -> bool:
     """Set the thresholds above (once per process); True when they are set, now or before."""
-    with _lock:
-        if "set" not in _state:
-            libc = None if configured_by_environment() else _glibc()
-            _state["set"] = libc is not None and all(
-                libc.mallopt(option, value) == 1
-                for option, value in ((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-            )
-        return _state["set"]
+    libc = None if configured_by_environment() else _glibc()
+    return libc is not None and all(
+        libc.mallopt(option, value) == 1
+        for option, value in ((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    )
 
 
 __all__ = ["keep_freed_memory_for_reuse", "configured_by_environment", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
